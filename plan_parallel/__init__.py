@@ -1,0 +1,109 @@
+"""plan_parallel: roll out many (state, action, dt) transitions of gymnasium envs, exactly and in parallel.
+
+>>> import plan_parallel as pp
+>>> env = pp.make("CartPole-v1", backend="inline")
+>>> state, obs, info = env.reset(seed=0)
+>>> batch = env.step_batch([0, 1], states=[state, state], dt=[1, 4])
+"""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from plan_parallel.errors import (
+    ClosedError,
+    PlanParallelError,
+    RemoteTraceback,
+    StateError,
+    WorkerCrashedError,
+    WorkerTimeoutError,
+)
+from plan_parallel.state import State, get_state, set_state
+from plan_parallel.inputs import StepBatch
+from plan_parallel.env import PlanEnv
+from plan_parallel.factory import EnvFactory
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "make",
+    "check_clonable",
+    "PlanEnv",
+    "EnvFactory",
+    "State",
+    "StepBatch",
+    "get_state",
+    "set_state",
+    "PlanParallelError",
+    "StateError",
+    "WorkerCrashedError",
+    "WorkerTimeoutError",
+    "ClosedError",
+    "RemoteTraceback",
+]
+
+BACKENDS = ("inline", "process", "ray")
+
+
+def make(
+    env: str | Callable[..., Any],
+    *,
+    backend: str = "process",
+    n_workers: int | None = None,
+    timeout: float | None = None,
+    max_restarts: int = 3,
+    context: str | None = None,
+    adapter: Any = None,
+    small_batch_inline: bool = True,
+    **env_kwargs: Any,
+):
+    """Build an env with the planning API.
+
+    Args:
+        env: a gymnasium env id, or a callable returning a ``gymnasium.Env``
+            (called with ``env_kwargs``).
+        backend: ``"inline"`` (this process; the reference), ``"process"``
+            (worker processes on this machine, the default) or ``"ray"``.
+        n_workers: worker count for the parallel backends (default: CPU count);
+            ignored by ``"inline"``.
+        timeout: seconds a worker call may take (None: no limit).
+        max_restarts: how many times dead workers are replaced over the env's life.
+        context: multiprocessing start method (``"fork"``, ``"spawn"``, ``"forkserver"``).
+        adapter: an :class:`~plan_parallel.state.Adapter` class overriding the registered one.
+        small_batch_inline: (process backend) run batches too small to gain from
+            workers in this process; turn off when env code may crash or hang it.
+        **env_kwargs: passed to ``gymnasium.make`` (or to the callable).
+
+    Raises:
+        ValueError: unknown backend or bad worker options.
+        StateError: no adapter can capture the env's state exactly.
+    """
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+    if n_workers is not None and (not isinstance(n_workers, int) or isinstance(n_workers, bool) or n_workers < 1):
+        raise ValueError(f"n_workers must be an integer >= 1 or None, got {n_workers!r}")
+    if timeout is not None and (not isinstance(timeout, (int, float)) or isinstance(timeout, bool) or not timeout > 0):
+        raise ValueError(f"timeout must be a number of seconds > 0 or None, got {timeout!r}")
+    if not isinstance(max_restarts, int) or isinstance(max_restarts, bool) or max_restarts < 0:
+        raise ValueError(f"max_restarts must be an integer >= 0, got {max_restarts!r}")
+    factory = EnvFactory(env, env_kwargs)
+    if backend == "inline":
+        return PlanEnv(factory, adapter=adapter)
+    from plan_parallel.batch import BatchEnv
+
+    return BatchEnv(
+        factory,
+        backend=backend,
+        n_workers=n_workers,
+        timeout=timeout,
+        max_restarts=max_restarts,
+        context=context,
+        adapter=adapter,
+        small_batch_inline=small_batch_inline,
+    )
+
+
+def check_clonable(env: str | Callable[..., Any], **kwargs: Any):
+    """Prove or refute bit-identical replay from captured states; see :mod:`plan_parallel.state.check`."""
+    from plan_parallel.state.check import check_clonable as _check
+
+    return _check(env, **kwargs)

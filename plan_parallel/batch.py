@@ -1,0 +1,776 @@
+"""BatchEnv: a batch of (state, action, dt) items spread over worker processes.
+
+A batch is split into contiguous chunks balanced by cost (the sum of dt), one
+per worker, sent at once, and gathered in input order: the results are
+bit-identical to the inline backend for any worker count and chunking, because
+every item carries its state and runs the same code.
+
+Nothing is lost and nothing hangs: every wait watches the reply pipes *and* the
+process sentinels with a deadline. A dead worker is replaced and its chunks are
+sent again (bounded by ``max_restarts``); a worker past its call deadline is
+killed, replaced, and the call fails with :class:`WorkerTimeoutError`.
+"""
+from __future__ import annotations
+
+import logging
+import math
+import os
+import pickle
+import select
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+import cloudpickle
+import numpy as np
+
+from plan_parallel.env import PlanEnv
+from plan_parallel.errors import ClosedError, StateError, WorkerCrashedError, WorkerTimeoutError
+from plan_parallel.inputs import (
+    StepBatch,
+    check_action,
+    check_actions,
+    check_dt,
+    check_seed,
+    check_states,
+    stack_observations,
+)
+from plan_parallel.state import State
+from plan_parallel.transport import (
+    PROTOCOL,
+    ArrayWriter,
+    SlabPool,
+    pack_states,
+    read_columns,
+    unpack_infos,
+    unpack_states,
+)
+from plan_parallel.workers.base import Call, Reply, reraise
+from plan_parallel.workers.process import SPIN_SECONDS, ExternalProcess, default_context, spin_wait
+
+__all__ = ["BatchEnv", "BatchFuture", "split_by_cost"]
+
+CHUNK_SECONDS = 1e-3  # below this, a chunk's fixed cost is a large share of its time
+
+log = logging.getLogger("plan_parallel")
+
+
+def split_by_cost(dt: int | np.ndarray, n: int, w: int) -> list[tuple[int, int]]:
+    """Contiguous ``(start, stop)`` chunks of ``n`` items for ``w`` workers, balanced by sum of dt.
+
+    Every chunk is non-empty; there are ``min(n, w)`` of them.
+    """
+    k = min(n, w)
+    if k == 0:
+        return []
+    if isinstance(dt, int) or k == 1:
+        bounds = [round(i * n / k) for i in range(k + 1)]
+    else:
+        cum = np.cumsum(dt)
+        total = float(cum[-1])
+        bounds = [0]
+        for j in range(1, k):
+            b = int(np.searchsorted(cum, total * j / k, side="left")) + 1
+            b = min(max(b, bounds[-1] + 1), n - (k - j))  # non-empty chunks on both sides
+            bounds.append(b)
+        bounds.append(n)
+    return [(bounds[i], bounds[i + 1]) for i in range(k)]
+
+
+@dataclass
+class _Part:
+    """One chunk of a batch on one worker: what was sent, so it can be sent again."""
+
+    call: Call
+    worker: int
+    lo: int
+    hi: int
+    future: "BatchFuture"
+    slab: Any = None
+    sent_at: float = 0.0
+    cost: int = 0  # env steps at most (sum of dt), for the expected duration
+    needs: State | None = None  # the current state this part starts from (states=None)
+    holds: State | None = None  # the state a set_state part leaves the worker at
+    reply: Reply | None = None
+
+
+@dataclass
+class BatchFuture:
+    """The pending result of :meth:`BatchEnv.step_batch_async`."""
+
+    env: "BatchEnv"
+    n: int
+    parts: list[_Part] = field(default_factory=list)
+    error: BaseException | None = None
+    value: StepBatch | None = None
+    started: float = 0.0
+    _finisher: Callable[["BatchFuture"], StepBatch] | None = None
+    pending: deque = field(default_factory=deque)  # chunks (lo, hi) not sent yet
+    _inputs: tuple = ()  # (actions, states, dt, actions-is-array) for encoding pending chunks
+
+    def done(self) -> bool:
+        """True when the result (or an error) is ready; never blocks."""
+        if self.value is None and self.error is None:
+            self.env._pump(0.0)
+            self._try_finish()
+        return self.value is not None or self.error is not None
+
+    def result(self, timeout: float | None = None) -> StepBatch:
+        """The :class:`StepBatch`, waiting up to ``timeout`` seconds (None: as long as it takes).
+
+        Raises:
+            TimeoutError: not ready within ``timeout`` (the batch stays in flight;
+                call ``result`` again later: results are never mixed up).
+            WorkerTimeoutError, WorkerCrashedError, ClosedError, or the env's own exception.
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            self._try_finish()
+            if self.error is not None:
+                raise self.error
+            if self.value is not None:
+                return self.value
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                raise TimeoutError(f"the batch of {self.n} items is not done after {timeout} s; it is still running")
+            self.env._pump(left)
+
+    def _try_finish(self) -> None:
+        if self.value is not None or self.error is not None:
+            return
+        if not self.pending and all(p.reply is not None for p in self.parts):
+            try:
+                self.value = self._finisher(self) if self._finisher else None
+            except BaseException as e:  # noqa: BLE001 - kept for result() to raise
+                self.error = e
+
+    def _fail(self, error: BaseException) -> None:
+        if self.value is None and self.error is None:
+            self.error = error
+        self.pending.clear()  # chunks not sent yet are dropped with the batch
+
+
+class BatchEnv:
+    """The planning API over ``n_workers`` worker processes (the ``"process"`` backend).
+
+    Built by :func:`plan_parallel.make`. Same methods and results as
+    :class:`~plan_parallel.env.PlanEnv`, plus :meth:`step_batch_async` and :attr:`stats`.
+
+    Args:
+        factory: a picklable env factory (:class:`~plan_parallel.factory.EnvFactory`).
+        n_workers: worker processes (default: the CPU count).
+        timeout: seconds a worker call may take (None: no limit).
+        max_restarts: dead or hung workers replaced over the env's life.
+        context: ``"fork"``, ``"spawn"`` or ``"forkserver"`` (default: forkserver where available).
+        adapter: an Adapter class overriding the registered one.
+        small_batch_inline: run batches too small to gain from workers in this
+            process (decided from measured step and round-trip times). Turn it
+            off when env code may crash or hang the calling process.
+
+    Raises:
+        StateError: no adapter captures the env; the env's own error if building it fails.
+    """
+
+    backend = "process"
+
+    def __init__(
+        self,
+        factory: Callable[[], Any],
+        *,
+        backend: str = "process",
+        n_workers: int | None = None,
+        timeout: float | None = None,
+        max_restarts: int = 3,
+        context: str | None = None,
+        adapter: Any = None,
+        small_batch_inline: bool = True,
+    ) -> None:
+        if backend != "process":
+            raise ValueError(f"BatchEnv runs the 'process' backend, got {backend!r}")
+        import multiprocessing as mp
+
+        if context is not None and context not in mp.get_all_start_methods():
+            raise ValueError(f"context must be one of {mp.get_all_start_methods()} or None, got {context!r}")
+        self._factory = factory
+        self._adapter_cls = adapter
+        self._n = n_workers or os.cpu_count() or 1
+        self.timeout = timeout
+        self.max_restarts = max_restarts
+        self.context = context or default_context()
+        self.small_batch_inline = small_batch_inline
+        self._blob = cloudpickle.dumps((factory, adapter))
+        self._closed = False
+        self._ids = 0
+        self._pool = SlabPool()
+        self._inflight: list[deque[_Part]] = [deque() for _ in range(self._n)]
+        self._held: list[State | None] = [None] * self._n  # the state worker i holds, as sent
+        self._state: State | None = None
+        self._local: PlanEnv | None = None
+        self._out_per_item = 0
+        self._step_s: float | None = None  # measured seconds per env step in a worker
+        self._rtt_s: float | None = None  # measured fixed cost of a worker call
+        self._broken: str | None = None
+        self._poll: Any = None
+        self._futures: deque[BatchFuture] = deque()  # batches with chunks not sent yet
+        self._fd_owner: dict[int, int] = {}
+        self.stats: dict[str, Any] = {
+            "items": 0, "batches": 0, "inline_batches": 0, "restarts": 0, "timeouts": 0,
+            "busy_seconds": [0.0] * self._n, "env_seconds": 0.0, "ipc_seconds": 0.0,
+        }
+        self._workers: list[ExternalProcess] = []
+        try:
+            self._workers = [ExternalProcess(i, self._blob, self.context) for i in range(self._n)]
+            infos = [w.wait_ready() for w in self._workers]
+        except BaseException:
+            self._shutdown(0.5)
+            raise
+        info = infos[0]
+        self.observation_space = info["observation_space"]
+        self.action_space = info["action_space"]
+        self.kind: str = info["kind"]
+        self.spec = info["spec"]
+        self._measure_rtt()
+
+    # ------------------------------------------------------------------ properties
+    @property
+    def n_workers(self) -> int:
+        return self._n
+
+    @property
+    def pids(self) -> list[int | None]:
+        """The worker processes' pids (they change when a worker is replaced)."""
+        return [w.pid for w in self._workers]
+
+    # ------------------------------------------------------------------ plumbing
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ClosedError("this env was closed; create a new one with plan_parallel.make")
+        if self._broken is not None:
+            raise WorkerCrashedError(self._broken)
+
+    def _next_id(self) -> int:
+        self._ids += 1
+        return self._ids
+
+    def _measure_rtt(self) -> None:
+        times = []
+        for _ in range(5):
+            t0 = time.perf_counter()
+            self._call(0, "ping")
+            times.append(time.perf_counter() - t0)
+        self._rtt_s = float(np.median(times))
+
+    def _send(self, part: _Part) -> None:
+        w = self._workers[part.worker]
+        part.sent_at = time.monotonic()
+        part.reply = None
+        if part.holds is not None:
+            self._held[part.worker] = part.holds
+        elif part.call.op == "reset":
+            self._held[part.worker] = None
+        self._inflight[part.worker].append(part)
+        try:
+            w.send(part.call)
+        except OSError:
+            pass  # the worker is dead: the next pump sees its sentinel and sends this part again
+
+    def _call(self, worker: int, op: str, *args: Any) -> Any:
+        """One synchronous call on one worker (restarted and retried like any part)."""
+        fut = BatchFuture(self, 0)
+        part = _Part(Call(self._next_id(), op, args), worker, 0, 0, fut)
+        fut.parts.append(part)
+        fut._finisher = lambda f: f.parts[0].reply.value  # type: ignore[union-attr]
+        self._send(part)
+        return fut.result()
+
+    def _poller(self) -> Any:
+        """A select.poll over every worker's pipe and sentinel (rebuilt when a worker is replaced)."""
+        if self._poll is None:
+            self._poll = select.poll()
+            self._fd_owner = {}
+            for i, w in enumerate(self._workers):
+                for h in (w.conn.fileno(), w.process.sentinel):
+                    self._poll.register(h, select.POLLIN)
+                    self._fd_owner[h] = i
+        return self._poll
+
+    def _pump(self, timeout: float | None) -> None:
+        """Wait up to ``timeout`` for replies or deaths, and handle what arrived.
+
+        Spins (poll + yield) briefly when a reply is due soon, else blocks.
+        """
+        busy = [i for i in range(self._n) if self._inflight[i]]
+        if not busy:
+            return
+        poller = self._poller()
+        now = time.monotonic()
+        wait_for = timeout
+        if self.timeout is not None:
+            first = min(self._inflight[i][0].sent_at for i in busy) + self.timeout - now
+            wait_for = max(0.0, first) if wait_for is None else max(0.0, min(wait_for, first))
+        due = self._due_in(busy, now)
+        if due > 2 * SPIN_SECONDS and (wait_for is None or wait_for > due):
+            # Not due for a while: sleep (a wake-up costs ~50 us, negligible here), then spin.
+            events = poller.poll(int((due - SPIN_SECONDS) * 1000))
+            if events:
+                wait_for = 0.0
+            elif wait_for is not None:
+                wait_for = max(0.0, wait_for - (time.monotonic() - now))
+        events = spin_wait(poller, min(SPIN_SECONDS, wait_for) if wait_for is not None else SPIN_SECONDS)
+        if not events and wait_for != 0.0:
+            left = None if wait_for is None else max(0.0, wait_for - SPIN_SECONDS)
+            events = poller.poll(None if left is None else int(math.ceil(left * 1000)))
+        for i in sorted({self._fd_owner[fd] for fd, _ in events if fd in self._fd_owner}):
+            self._drain(i)
+        if self.timeout is not None:
+            now = time.monotonic()
+            for i in range(self._n):
+                q = self._inflight[i]
+                if q and now - q[0].sent_at > self.timeout:
+                    self._on_timeout(i)
+
+    def _due_in(self, busy: list[int], now: float) -> float:
+        """Seconds until the first busy worker is expected to answer (0 when unknown)."""
+        if self._step_s is None:
+            return 0.0
+        due = math.inf
+        for i in busy:
+            head = self._inflight[i][0]
+            due = min(due, head.sent_at + head.cost * self._step_s - now)
+        return max(0.0, due)
+
+    def _drain(self, i: int) -> None:
+        w = self._workers[i]
+        while True:
+            try:
+                reply = w.poll()
+            except (EOFError, OSError):
+                reply = None
+            if reply is None:
+                break
+            q = self._inflight[i]
+            part = q.popleft()
+            assert part.call.id == reply.id, f"reply {reply.id} for call {part.call.id}: pipe out of order"
+            part.reply = reply
+            self.stats["busy_seconds"][i] += reply.env_seconds
+            if q:
+                q[0].sent_at = time.monotonic()  # the next call starts now
+            self._deliver(part)
+            if len(q) < 2 and not self._closed and self._broken is None:
+                self._feed(i)
+        if w.dead() is not None:
+            self._on_death(i, w.dead())
+
+    def _deliver(self, part: _Part) -> None:
+        fut = part.future
+        if part.reply is not None and part.reply.error is not None:
+            w = self._workers[part.worker]
+            fut._fail(reraise(part.reply.error, f"raised in worker {part.worker} (pid {w.pid}) during {part.call.op}",
+                              part.lo))
+        if fut.error is not None:  # this batch already failed: its other parts are dropped
+            self._release(part)
+            return
+        fut._try_finish()
+
+    def _release(self, part: _Part) -> None:
+        if part.slab is not None:
+            self._pool.release(part.slab)
+            part.slab = None
+
+    def _replace(self, i: int, why: str) -> None:
+        """Start a new worker ``i`` after a death or a kill; bounded by max_restarts."""
+        old = self._workers[i]
+        used = self.stats["restarts"]
+        if used >= self.max_restarts:
+            ops = ", ".join(f"{p.call.op} ({p.hi - p.lo} items)" if p.hi else p.call.op for p in self._inflight[i])
+            msg = (f"worker {i} (pid {old.pid}) {why}" + (f" during {ops}" if ops else "")
+                   + f"; {used} restarts used of {self.max_restarts}")
+            self._broken = msg
+            for q in self._inflight:
+                for p in q:
+                    self._discard(p)
+                    p.future._fail(WorkerCrashedError(msg))
+                q.clear()
+            raise WorkerCrashedError(msg)
+        self.stats["restarts"] += 1
+        log.warning("plan_parallel: worker %d (pid %s) %s; starting a replacement (%d of %d restarts)",
+                    i, old.pid, why, used + 1, self.max_restarts)
+        old.close(0.0)
+        new = ExternalProcess(i, self._blob, self.context)
+        self._workers[i] = new
+        new.wait_ready()
+        self._held[i] = None
+        self._poll = None  # new fds
+
+    def _discard(self, part: _Part) -> None:
+        if part.slab is not None:
+            self._pool.discard(part.slab)
+            part.slab = None
+
+    def _on_death(self, i: int, how: str) -> None:
+        pending = list(self._inflight[i])
+        self._inflight[i].clear()
+        self._replace(i, f"died with {how}")
+        for part in pending:
+            if part.needs is not None:
+                self._ensure_holds(i, part.needs)
+            self._send(part)
+
+    def _on_timeout(self, i: int) -> None:
+        pending = list(self._inflight[i])
+        self._inflight[i].clear()
+        head = pending[0]
+        w = self._workers[i]
+        w.kill()
+        self.stats["timeouts"] += 1
+        err = WorkerTimeoutError(
+            f"worker {i} (pid {w.pid}) did not finish {head.call.op}"
+            + (f" ({head.hi - head.lo} items)" if head.hi else "")
+            + f" within {self.timeout} s; it was killed and replaced"
+        )
+        head.future._fail(err)
+        self._replace(i, f"timed out after {self.timeout} s")
+        for part in pending:
+            if part.future.error is None:
+                if part.needs is not None:
+                    self._ensure_holds(i, part.needs)
+                self._send(part)
+            else:
+                self._discard(part)
+
+    def _ensure_holds(self, i: int, state: State) -> None:
+        """Queue a set_state on worker ``i`` unless what was sent to it already leaves it at ``state``."""
+        if self._held[i] is not state:
+            blob = pickle.dumps(state, PROTOCOL)
+            part = _Part(Call(self._next_id(), "set_state", (blob,)), i, 0, 0, BatchFuture(self, 0), holds=state)
+            part.future.parts.append(part)
+            part.future._finisher = lambda f: None
+            self._send(part)
+
+    def _current(self) -> State:
+        if self._state is None:
+            raise StateError("the env has no current state yet: call reset(seed) or set_state(state) first")
+        return self._state
+
+    # ------------------------------------------------------------------ public API
+    def reset(self, seed: int | None = None, options: dict | None = None) -> tuple[State, Any, dict]:
+        """Reset (on worker 0) and make the new state current on every worker.
+
+        Raises:
+            TypeError: bad seed or options. The env's own error if its reset raises.
+        """
+        self._check_open()
+        seed = check_seed(seed)
+        if options is not None and not isinstance(options, dict):
+            raise TypeError(f"options must be a dict or None, got {type(options).__name__}")
+        state, obs, info = self._call(0, "reset", seed, options)
+        self._set_current(state, holder=0)
+        return state, obs, info
+
+    def _set_current(self, state: State, holder: int | None) -> None:
+        self._state = state
+        if holder is not None:
+            self._held[holder] = state
+        if self._local is not None:
+            self._local.set_state(state)
+
+    def set_state(self, state: State) -> None:
+        """Make ``state`` current (sent to workers lazily, when a batch starts from it).
+
+        Raises:
+            StateError: ``state`` belongs to another env or is malformed.
+        """
+        self._check_open()
+        check_states([state], self.kind, 1, None)
+        self._set_current(state, holder=None)
+
+    def sync_states(self, state: State) -> None:
+        """Make ``state`` current on every worker now (pickled once, written to each pipe).
+
+        Raises:
+            StateError: ``state`` belongs to another env, or a worker rejects it.
+        """
+        self._check_open()
+        check_states([state], self.kind, 1, None)
+        blob = pickle.dumps(state, PROTOCOL)
+        fut = BatchFuture(self, 0)
+        for i in range(self._n):
+            part = _Part(Call(self._next_id(), "set_state", (blob,)), i, 0, 0, fut, holds=state)
+            fut.parts.append(part)
+            self._send(part)
+        fut._finisher = lambda f: None
+        fut.result()
+        self._set_current(state, holder=None)
+
+    def get_state(self) -> State:
+        """The current state (no worker is asked: the parent keeps it).
+
+        Raises:
+            StateError: no current state yet.
+        """
+        self._check_open()
+        return self._current()
+
+    def step(self, action: Any, state: State | None = None, dt: int = 1) -> tuple:
+        """Advance the current state (or ``state``) by ``action`` repeated ``dt`` times; the result becomes current."""
+        self._check_open()
+        dt = check_dt(dt, 1)
+        if not isinstance(dt, int):
+            raise TypeError(f"step takes one integer dt >= 1, got {dt!r}")
+        action = check_action(self.action_space, action)
+        start = state if state is not None else self._current()
+        if state is not None:
+            check_states([state], self.kind, 1, None)
+        b = self.step_batch([action], [start], dt)
+        s = b.states[0]
+        self._set_current(s, holder=None)
+        return s, b.observations[0], float(b.rewards[0]), bool(b.terminations[0]), bool(b.truncations[0]), b.infos[0]
+
+    def step_batch(self, actions: Any, states: Sequence[State] | None = None, dt: Any = 1) -> StepBatch:
+        """Run N (state, action, dt) items across the workers; results in input order.
+
+        Bit-identical to the inline backend. The current state is left as it was.
+
+        Raises:
+            ValueError/TypeError: bad input (before anything is sent). StateError.
+            The env's own exception (remote traceback as ``__cause__``; the env stays usable).
+            WorkerTimeoutError: a worker exceeded ``timeout`` (it was replaced).
+            WorkerCrashedError: workers died more than ``max_restarts`` times.
+        """
+        return self.step_batch_async(actions, states, dt).result()
+
+    def step_batch_async(self, actions: Any, states: Sequence[State] | None = None, dt: Any = 1) -> BatchFuture:
+        """Send a batch and return at once; ``.result(timeout)`` gathers it. Several may be in flight."""
+        self._check_open()
+        if states is None:
+            actions = check_actions(self.action_space, actions)
+            n = len(actions)
+            self._current()
+        else:
+            n = len(states) if hasattr(states, "__len__") else -1
+            actions = check_actions(self.action_space, actions, n if n >= 0 else None)
+            states = check_states(states, self.kind, len(actions), None)
+        dt = check_dt(dt, n)
+        fut = BatchFuture(self, n, started=time.perf_counter())
+        if n == 0:
+            empty = np.empty(0)
+            fut.value = StepBatch([], stack_observations(self.observation_space, []), empty.astype(np.float64),
+                                  empty.astype(bool), empty.astype(bool), [])
+            return fut
+        if self._run_here(n, dt):
+            fut.value = self._run_local(actions, states, dt)
+            return fut
+        self._dispatch(fut, actions, states, dt)
+        return fut
+
+    # ------------------------------------------------------------------ dispatch
+    def _run_here(self, n: int, dt: Any) -> bool:
+        if not self.small_batch_inline or self._step_s is None or self._rtt_s is None:
+            return n == 0
+        steps = n * dt if isinstance(dt, int) else int(np.sum(dt))
+        # Parallel wins only when the work saved exceeds a round trip's fixed cost.
+        return steps * self._step_s * (1 - 1 / self._n) < 1.5 * self._rtt_s
+
+    def _run_local(self, actions: Any, states: Sequence[State] | None, dt: Any) -> StepBatch:
+        if self._local is None:
+            self._local = PlanEnv(self._factory, adapter=self._adapter_cls)
+            if self._state is not None:
+                self._local.set_state(self._state)
+        if len(actions) == 0:
+            return self._local.step_batch(actions, states if states is not None else [], dt)
+        self.stats["inline_batches"] += 1
+        self.stats["batches"] += 1
+        self.stats["items"] += len(actions)
+        return self._local.step_batch(actions, states, dt)
+
+    def _n_chunks(self, n: int, dt: Any) -> int:
+        """Chunks for a batch: one per worker, or up to 3 per worker when each would still take >= 1 ms.
+
+        More chunks than workers, handed out as workers finish, keep a worker
+        slowed by a noisy neighbour from holding the whole batch back.
+        """
+        w = self._n
+        if self._step_s is None or n < 4 * w:
+            return min(n, w)
+        steps = n * dt if isinstance(dt, int) else int(np.sum(dt))
+        per_worker = steps * self._step_s / w
+        return min(n, w * int(max(1, min(3, per_worker // CHUNK_SECONDS))))
+
+    def _dispatch(self, fut: BatchFuture, actions: Any, states: Sequence[State] | None, dt: Any) -> None:
+        n = fut.n
+        fut.pending.extend(split_by_cost(dt, n, self._n_chunks(n, dt)))
+        fut._inputs = (actions, states, dt, isinstance(actions, np.ndarray) and not actions.dtype.hasobject,
+                       self._state if states is None else None)
+        fut._finisher = self._finish
+        self._futures.append(fut)
+        # Two chunks queued per worker at most: a worker never waits for the parent.
+        for _ in range(2):
+            for wi in range(self._n):
+                if fut.pending and len(self._inflight[wi]) < 2:
+                    self._feed_one(fut, wi)
+        self.stats["batches"] += 1
+        self.stats["items"] += n
+
+    def _feed_one(self, fut: BatchFuture, wi: int) -> None:
+        lo, hi = fut.pending.popleft()
+        actions, states, dt, act_arr, needs = fut._inputs
+        if needs is not None:
+            self._ensure_holds(wi, needs)
+        req, slab = self._encode(actions, states, dt, lo, hi, act_arr)
+        cost = dt * (hi - lo) if isinstance(dt, int) else int(np.sum(dt[lo:hi]))
+        part = _Part(Call(self._next_id(), "step_batch", (req,)), wi, lo, hi, fut, slab, cost=cost, needs=needs)
+        fut.parts.append(part)
+        self._send(part)
+
+    def _feed(self, wi: int) -> None:
+        """Give worker ``wi`` the next unsent chunk of the oldest batch that has one."""
+        while self._futures and not self._futures[0].pending:
+            self._futures.popleft()
+        for fut in self._futures:
+            if fut.pending and fut.error is None:
+                self._feed_one(fut, wi)
+                return
+
+    def _encode(self, actions: Any, states: Any, dt: Any, lo: int, hi: int, act_arr: bool) -> tuple[dict, Any]:
+        m = hi - lo
+        sub_states = None if states is None else states[lo:hi]
+        est_in = (actions[lo:hi].nbytes if act_arr else 0) + 8 * m + 128
+        if sub_states is not None and isinstance(sub_states[0].sim, np.ndarray):
+            est_in += sub_states[0].sim.nbytes * m
+        est_out = self._out_per_item * m or self._guess_out(sub_states) * m
+        slab = self._pool.acquire(est_in + est_out + 256)
+        w = ArrayWriter(slab)
+        req: dict[str, Any] = {"n": m, "slab": slab.name, "slab_size": slab.size, "actions": None, "dt": None}
+        if not (act_arr and w.put_array("actions", actions[lo:hi])):
+            req["actions"] = actions[lo:hi]
+        if isinstance(dt, int):
+            req["dt"] = dt
+        elif not w.put_array("dt", dt[lo:hi]):
+            req["dt"] = dt[lo:hi]
+        req["states"] = None if sub_states is None else pack_states(sub_states, w, "in_", with_obs=False)
+        req["layout"] = w.layout
+        req["out_offset"] = -(-w.pos // 64) * 64
+        return req, slab
+
+    def _guess_out(self, states: Any) -> int:
+        sim = 0
+        if states is not None and isinstance(states[0].sim, np.ndarray):
+            sim = states[0].sim.nbytes
+        elif self._state is not None and isinstance(self._state.sim, np.ndarray):
+            sim = self._state.sim.nbytes
+        obs = getattr(self.observation_space, "shape", None)
+        dtype = getattr(self.observation_space, "dtype", None)
+        obs_bytes = int(np.prod(obs)) * np.dtype(dtype).itemsize if obs and dtype is not None else 0
+        return sim + obs_bytes + 64
+
+    def _finish(self, fut: BatchFuture) -> StepBatch:
+        n = fut.n
+        obs_arr: np.ndarray | None = None
+        obs_list: list | None = None
+        states: list[State] = []
+        rewards = np.empty(n, dtype=np.float64)
+        terms = np.empty(n, dtype=bool)
+        truncs = np.empty(n, dtype=bool)
+        infos: list = []
+        env_s = 0.0
+        for part in sorted(fut.parts, key=lambda p: p.lo):
+            rep = part.reply.value  # type: ignore[union-attr]
+            env_s = max(env_s, part.reply.env_seconds)  # type: ignore[union-attr]
+            lo, hi, m = part.lo, part.hi, part.hi - part.lo
+            cols = read_columns(part.slab, rep["layout"])
+            self._out_per_item = max(self._out_per_item, -(-rep["needed"] // m) + 64)
+            self._release(part)
+            rewards[lo:hi] = rep["rewards"]
+            terms[lo:hi] = rep["terminations"]
+            truncs[lo:hi] = rep["truncations"]
+            if "obs" in cols:
+                o = cols["obs"]
+                if obs_arr is None and obs_list is None:
+                    obs_arr = np.empty((n,) + o.shape[1:], dtype=o.dtype)
+                if obs_arr is not None and obs_arr.shape[1:] == o.shape[1:] and obs_arr.dtype == o.dtype:
+                    obs_arr[lo:hi] = o
+                else:
+                    obs_list = (list(obs_arr[:lo]) if obs_arr is not None else []) + list(o)
+                    obs_arr = None
+            else:
+                if obs_list is None:
+                    obs_list = list(obs_arr[:lo]) if obs_arr is not None else []
+                    obs_arr = None
+                obs_list.extend(rep["obs"])
+            states.extend(unpack_states(rep["states"], cols, "", m))
+            steps = rep["n_steps"].tolist()
+            part_infos = unpack_infos(rep["infos"], m)
+            for info, k in zip(part_infos, steps):
+                info["n_steps"] = k
+            infos.extend(part_infos)
+        if obs_arr is not None:
+            for s, o in zip(states, obs_arr):
+                s.obs = o
+            observations = obs_arr
+            want = getattr(self.observation_space, "dtype", None)
+            if want is not None and obs_arr.dtype != want and obs_arr.shape[1:] == self.observation_space.shape:
+                # An env whose obs dtype differs from its space: stacked like inline does.
+                observations = obs_arr.astype(want)
+        else:
+            for s, o in zip(states, obs_list):  # type: ignore[arg-type]
+                s.obs = o
+            observations = stack_observations(self.observation_space, obs_list)  # type: ignore[arg-type]
+        wall = time.perf_counter() - fut.started
+        self.stats["env_seconds"] += sum(p.reply.env_seconds for p in fut.parts)  # type: ignore[union-attr]
+        self.stats["ipc_seconds"] += max(0.0, wall - env_s)
+        over = max(0.0, wall - env_s)  # the fixed cost of this call, learned for small batches
+        self._rtt_s = over if self._rtt_s is None else 0.8 * self._rtt_s + 0.2 * over
+        total_steps = int(sum(i["n_steps"] for i in infos))
+        if total_steps:
+            per = sum(p.reply.env_seconds for p in fut.parts) / total_steps  # type: ignore[union-attr]
+            self._step_s = per if self._step_s is None else 0.8 * self._step_s + 0.2 * per
+        return StepBatch(states, observations, rewards, terms, truncs, infos)
+
+    # ------------------------------------------------------------------ closing
+    def close(self) -> None:
+        """Stop every worker (bounded: about a second) and free shared memory. Idempotent.
+
+        Batches still in flight fail with :class:`ClosedError`.
+        """
+        if self._closed:
+            return
+        self._closed = True
+        closed = ClosedError("the env was closed while this batch was in flight")
+        for q in self._inflight:
+            for p in q:
+                p.future._fail(closed)
+            q.clear()
+        for fut in self._futures:
+            fut._fail(closed)
+        self._futures.clear()
+        self._shutdown(1.0)
+
+    def _shutdown(self, timeout: float) -> None:
+        for w in self._workers:
+            try:
+                w.send(Call(-1, "close"))
+            except (OSError, EOFError, ValueError):
+                pass  # already gone; close() below joins or kills it
+        deadline = time.monotonic() + timeout
+        for w in self._workers:
+            w.close(max(0.0, deadline - time.monotonic()))
+        self._pool.close()
+        if self._local is not None:
+            self._local.close()
+
+    def __enter__(self) -> "BatchEnv":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        if not getattr(self, "_closed", True):
+            try:
+                self.close()
+            except Exception:  # noqa: BLE001 - interpreter shutdown: workers exit on their own
+                log.debug("plan_parallel: close() in __del__ failed", exc_info=True)
+
+    def __repr__(self) -> str:
+        return f"BatchEnv({self._factory!r}, n_workers={self._n}, context={self.context!r})"

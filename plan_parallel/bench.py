@@ -1,0 +1,167 @@
+"""Benchmarks behind ``plan-parallel bench``: medians and ratios measured in one run.
+
+Suites:
+    inline: the inline backend against a hand-written loop of plain gymnasium
+        calls with the family's native state calls (the overhead of the state
+        protocol and of PlanEnv).
+    process: inline against the process backend (and gymnasium's
+        AsyncVectorEnv as a reference line).
+
+The machine is small and noisy: every figure is the median of ``--repeats``
+alternating runs, and ratios compare runs made side by side.
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from typing import Any, Callable
+
+import numpy as np
+
+__all__ = ["add_bench_arguments", "run_bench", "make_workload", "hand_loop"]
+
+
+def add_bench_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--suite", choices=["inline", "process", "all"], default="all")
+    p.add_argument("--repeats", type=int, default=7, help="alternating runs per figure (median)")
+    p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--quick", action="store_true", help="small batches and few repeats (a smoke run)")
+
+
+# ------------------------------------------------------------------ workloads
+def _make_env(env_id: str, **kw: Any) -> Any:
+    from plan_parallel.factory import EnvFactory
+
+    return EnvFactory(env_id, kw)()
+
+
+def make_workload(env: Any, n: int, seed: int = 0) -> tuple[list, np.ndarray]:
+    """``n`` distinct start states from random play on a PlanEnv-like ``env`` and n random actions."""
+    rng = np.random.default_rng(seed)
+    space = env.action_space
+    state, _, _ = env.reset(seed=seed)
+    states = []
+    while len(states) < n:
+        state, _, _, term, trunc, _ = env.step(space.sample())
+        if term or trunc:  # ended states are not start points
+            state, _, _ = env.reset(seed=int(rng.integers(1 << 30)))
+        else:
+            states.append(state)
+    space.seed(seed)
+    actions = np.array([space.sample() for _ in range(n)])
+    env.set_state(states[0])
+    return states, actions
+
+
+def _cartpole_native(env: Any) -> tuple[Callable, Callable]:
+    u = env.unwrapped
+    tl = env  # gym.make: TimeLimit is the outermost wrapper
+
+    def get() -> tuple:
+        return u.state.copy(), u.steps_beyond_terminated, tl._elapsed_steps
+
+    def put(s: tuple) -> None:
+        u.state = s[0].copy()
+        u.steps_beyond_terminated = s[1]
+        tl._elapsed_steps = s[2]
+
+    return get, put
+
+
+def _ale_native(env: Any) -> tuple[Callable, Callable]:
+    ale = env.unwrapped.ale
+    return (lambda: ale.cloneState(include_rng=True)), ale.restoreState
+
+
+NATIVE = {"CartPole-v1": _cartpole_native, "ALE/Pong-v5": _ale_native}
+
+
+def hand_loop(env: Any, step: Callable, get: Callable, put: Callable, states: list, actions: Any, dt: int) -> int:
+    """What a user would write by hand: restore, step dt times, read the state back."""
+    n = 0
+    out = []
+    for s, a in zip(states, actions):
+        put(s)
+        total = 0.0
+        for _ in range(dt):
+            obs, r, term, trunc, info = step(a)
+            total += r
+            n += 1
+            if term or trunc:
+                break
+        out.append((get(), obs, total, term, trunc))
+    return n
+
+
+def _median_time(fn: Callable[[], Any]) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+def _alternate(fns: dict[str, Callable[[], Any]], repeats: int) -> dict[str, float]:
+    times: dict[str, list[float]] = {k: [] for k in fns}
+    for k, f in fns.items():  # warm-up
+        f()
+    for _ in range(repeats):
+        for k, f in fns.items():
+            times[k].append(_median_time(f))
+    return {k: statistics.median(v) for k, v in times.items()}
+
+
+def bench_inline(repeats: int, quick: bool) -> list[str]:
+    """Inline PlanEnv vs a hand-written loop of native state calls (same items, same env)."""
+    import plan_parallel as pp
+
+    lines = ["inline backend vs hand-written loop (median of %d alternating runs)" % repeats,
+             f"{'env':<14} {'B':>5} {'dt':>3} {'loop tr/s':>11} {'inline tr/s':>12} {'ratio':>6}"]
+    cases = [("CartPole-v1", {}, 512 if not quick else 64), ("ALE/Pong-v5", {}, 64 if not quick else 8)]
+    for env_id, kw, b in cases:
+        pe = pp.make(env_id, backend="inline", **kw)
+        states, actions = make_workload(pe, b)
+        # The hand loop runs on its own plain env with native state values.
+        # The same start states, as native values, in a plain env of its own.
+        raw = _make_env(env_id, **kw)
+        raw.reset(seed=0)
+        get, put = NATIVE[env_id](raw)
+        native_states = [_to_native(env_id, pe, s) for s in states]
+        for dt in (1, 4):
+            steps = sum(i["n_steps"] for i in pe.step_batch(actions, states, dt).infos)
+            t = _alternate(
+                {
+                    "loop": lambda: hand_loop(raw, raw.step, get, put, native_states, actions, dt),
+                    "inline": lambda: pe.step_batch(actions, states, dt),
+                },
+                repeats,
+            )
+            lines.append(
+                f"{env_id:<14} {b:>5} {dt:>3} {steps / t['loop']:>11,.0f} {steps / t['inline']:>12,.0f} "
+                f"{t['loop'] / t['inline']:>6.2f}"
+            )
+        pe.close()
+        raw.close()
+    return lines
+
+
+def _to_native(env_id: str, pe: Any, state: Any) -> Any:
+    """The value the family's native getter would return for ``state``."""
+    if env_id.startswith("ALE/"):
+        return state.sim  # an ale_py.ALEState, valid in any env of the same game
+    pe.set_state(state)
+    return NATIVE[env_id](pe.gym_env)[0]()
+
+
+def run_bench(args: argparse.Namespace) -> int:
+    repeats = 3 if args.quick else args.repeats
+    suites = ["inline", "process"] if args.suite == "all" else [args.suite]
+    for suite in suites:
+        if suite == "inline":
+            lines = bench_inline(repeats, args.quick)
+        else:
+            from plan_parallel.bench_process import bench_process
+
+            lines = bench_process(repeats, args.quick, args.workers)
+        print("\n".join(lines), flush=True)
+        print()
+    return 0

@@ -1,0 +1,80 @@
+"""The ``plan-parallel`` command: ``check`` (clonability report) and ``bench`` (throughput)."""
+from __future__ import annotations
+
+import argparse
+import ast
+import sys
+from typing import Any, Sequence
+
+__all__ = ["main", "parse_env_kwargs"]
+
+
+def parse_env_kwargs(pairs: Sequence[str]) -> dict[str, Any]:
+    """``["is_slippery=True", "map_name=8x8"]`` -> kwargs; values are Python literals, else strings.
+
+    Raises:
+        ValueError: a pair without ``=``.
+    """
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, raw = pair.partition("=")
+        if not sep or not key:
+            raise ValueError(f"env kwargs must look like key=value, got {pair!r}")
+        try:
+            out[key] = ast.literal_eval(raw)
+        except (ValueError, SyntaxError):
+            out[key] = raw
+    return out
+
+
+def _cmd_check(args: argparse.Namespace) -> int:
+    from plan_parallel.state.check import check_clonable
+
+    kwargs = parse_env_kwargs(args.kw)
+    code = 0
+    for env_id in args.env:
+        report = check_clonable(
+            env_id, seed=args.seed, steps=args.steps, fresh_process=not args.no_fresh_process, **kwargs
+        )
+        print(report, flush=True)
+        code = code or (0 if report.ok else 1)
+    return code
+
+
+def _cmd_bench(args: argparse.Namespace) -> int:
+    from plan_parallel.bench import run_bench
+
+    return run_bench(args)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="plan-parallel", description="Parallel (state, action, dt) rollouts of gymnasium envs.")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    c = sub.add_parser("check", help="prove or refute bit-identical replay from saved states")
+    c.add_argument("env", nargs="+", help="gymnasium env id(s), e.g. CartPole-v1 ALE/Pong-v5")
+    c.add_argument("--kw", action="append", default=[], metavar="KEY=VALUE", help="env kwarg (repeatable)")
+    c.add_argument("--seed", type=int, default=0)
+    c.add_argument("--steps", type=int, default=32, help="length of the replayed action sequence")
+    c.add_argument("--no-fresh-process", action="store_true", help="skip the check in a new process")
+    c.set_defaults(func=_cmd_check)
+
+    from plan_parallel.bench import add_bench_arguments
+
+    b = sub.add_parser("bench", help="throughput of the backends against a hand-written loop")
+    add_bench_arguments(b)
+    b.set_defaults(func=_cmd_bench)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args))
+    except ValueError as e:
+        print(f"plan-parallel: error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,67 @@
+"""Every exception type plan_parallel raises.
+
+The hierarchy is flat and small: callers catch :class:`PlanParallelError` for
+anything raised by the library itself, or one of its subclasses for a specific
+failure. Exceptions raised by *env code* (inside a worker or inline) are not
+wrapped: they re-raise with their own type, and, when they come from another
+process, carry the remote traceback as ``__cause__`` (a :class:`RemoteTraceback`).
+"""
+from __future__ import annotations
+
+__all__ = [
+    "PlanParallelError",
+    "StateError",
+    "WorkerCrashedError",
+    "WorkerTimeoutError",
+    "ClosedError",
+    "RemoteError",
+    "RemoteTraceback",
+]
+
+
+class PlanParallelError(Exception):
+    """Base of every error raised by plan_parallel."""
+
+
+class StateError(PlanParallelError, ValueError):
+    """A state cannot be captured, restored or pickled faithfully.
+
+    Raised when no adapter can capture an env exactly, when a state is given to an
+    env it does not belong to (another family, another wrapper stack, another
+    shape), and when the env has no current state yet (never reset nor set).
+    """
+
+
+class WorkerCrashedError(PlanParallelError):
+    """A worker died (signal, exit, OOM) and could not be replaced within max_restarts."""
+
+
+class WorkerTimeoutError(PlanParallelError, TimeoutError):
+    """A call did not finish within its deadline; the worker was killed and replaced."""
+
+
+class ClosedError(PlanParallelError):
+    """The env was closed; every later call raises this."""
+
+
+class RemoteError(PlanParallelError):
+    """Env code in a worker raised an exception that cannot travel back (it does not pickle).
+
+    The message holds the original type name and text; ``__cause__`` holds the
+    remote traceback.
+    """
+
+
+class RemoteTraceback(Exception):
+    """The formatted traceback of an exception raised in another process.
+
+    Attached as ``__cause__`` of the re-raised exception so that the usual
+    traceback printout shows where, in the worker, the error came from.
+    """
+
+    def __init__(self, tb: str) -> None:
+        super().__init__(tb)
+        self.tb = tb
+
+    def __str__(self) -> str:
+        return "\n\n" + self.tb

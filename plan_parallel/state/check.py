@@ -1,0 +1,442 @@
+"""``check_clonable``: prove or refute bit-identical replay from captured states.
+
+The protocol (see ``shared/research/state_cloning.md``):
+
+1. **live**: reset with a seed, walk a few random steps, capture state S, then
+   record the *truth*: the live env stepping a fixed action sequence from S.
+2. **restore**: restore S into the same env and replay; must equal the truth.
+3. **perturbed restore**: play other random actions (and a reset with another
+   seed) to disturb every hidden field, restore S again and replay.
+4. **fresh process**: pickle S, restore it in a new process (spawn) into a
+   never-reset env and into an env reset with another seed, replay both.
+5. **time limit**: when the env has a TimeLimit, reach the step before the limit,
+   capture, and check the truncation replays.
+6. **termination**: walk randomly until terminated, capture a few steps before
+   and check the replay through termination.
+
+Every comparison is bitwise: observations, rewards, terminated, truncated and
+the state after each step. The report names the first divergent step and field
+and what part of the state looks missing.
+"""
+from __future__ import annotations
+
+import copy
+import os
+import pickle
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+
+from plan_parallel.errors import StateError
+from plan_parallel.state.core import Adapter, State, _values_equal, bind
+
+__all__ = ["CheckResult", "CloneReport", "check_clonable", "run_checks"]
+
+_FIELDS = ("observation", "reward", "terminated", "truncated", "state")
+
+
+@dataclass
+class CheckResult:
+    """The outcome of one check of the protocol."""
+
+    name: str
+    ok: bool | None  # None: skipped
+    steps: int = 0
+    step: int | None = None  # first divergent step (0-based), when not ok
+    field: str | None = None  # first divergent field
+    detail: str = ""
+
+    def line(self) -> str:
+        mark = {True: "ok  ", False: "FAIL", None: "skip"}[self.ok]
+        s = f"  [{mark}] {self.name:<31} "
+        if self.ok is False and self.step is not None:
+            s += f"diverged at step {self.step} in {self.field}; "
+        elif self.ok:
+            s += f"{self.steps} steps identical; "
+        return s + self.detail
+
+
+@dataclass
+class CloneReport:
+    """What :func:`check_clonable` found. ``ok`` is True only when every check that ran passed."""
+
+    env: str
+    kind: str = ""
+    checks: list[CheckResult] = field(default_factory=list)
+    state_bytes: int = 0
+    get_us: float = 0.0
+    set_us: float = 0.0
+    step_us: float = 0.0
+    hint: str = ""
+    error: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return not self.error and bool(self.checks) and all(c.ok is not False for c in self.checks)
+
+    @property
+    def first_failure(self) -> CheckResult | None:
+        return next((c for c in self.checks if c.ok is False), None)
+
+    def __bool__(self) -> bool:
+        return self.ok
+
+    def __str__(self) -> str:
+        head = f"{self.env}: {'CLONABLE' if self.ok else 'NOT CLONABLE'}"
+        lines = [head]
+        if self.kind:
+            lines.append(f"  state kind: {self.kind}")
+        if self.error:
+            lines.append(f"  error: {self.error}")
+        lines += [c.line() for c in self.checks]
+        if self.step_us:
+            lines.append(
+                f"  state: {self.state_bytes:,} bytes pickled; get {self.get_us:.1f} us, "
+                f"set {self.set_us:.1f} us, step {self.step_us:.1f} us "
+                f"(get+set = {(self.get_us + self.set_us) / self.step_us:.2f} steps)"
+            )
+        if self.hint:
+            lines.append(f"  likely missing: {self.hint}")
+        return "\n".join(lines)
+
+
+# ------------------------------------------------------------------ trajectories
+class _Runner:
+    """One env + its adapter, able to restore a state and replay actions."""
+
+    def __init__(self, factory: Callable[[], Any], adapter: type[Adapter] | None) -> None:
+        self.env = factory()
+        self.adapter = bind(self.env, adapter)
+        self.step = self.adapter.make_step()
+
+    def reset(self, seed: int) -> tuple[State, Any]:
+        obs, _ = self.adapter.reset(seed, None)
+        return self.adapter.capture(None, obs), obs
+
+    def replay(self, state: State | None, actions: list) -> list[tuple]:
+        """Restore ``state`` (None: continue live), apply ``actions``; one record per step."""
+        if state is not None:
+            self.adapter.restore(state)
+        out = []
+        for a in actions:
+            obs, r, term, trunc, _ = self.step(a)
+            s = self.adapter.capture(None, obs)
+            out.append((obs, float(r), bool(term), bool(trunc), s))
+            if term or trunc:
+                break
+        return out
+
+    def walk(self, actions: list) -> tuple[State, Any, bool]:
+        """Step live through ``actions`` (stopping at episode end); returns (state, obs, ended)."""
+        obs, ended = None, False
+        for a in actions:
+            obs, _, term, trunc, _ = self.step(a)
+            if term or trunc:
+                ended = True
+                break
+        return self.adapter.capture(None, obs), obs, ended
+
+    def close(self) -> None:
+        self.env.close()
+
+
+def _compare(name: str, truth: list[tuple], got: list[tuple]) -> CheckResult:
+    for t, (a, b) in enumerate(zip(truth, got)):
+        for k, fname in enumerate(_FIELDS):
+            if not _values_equal(a[k], b[k]):
+                detail = ""
+                if fname == "state":
+                    detail = f"state parts differing: {', '.join(a[k].diff(b[k]))}"
+                return CheckResult(name, False, len(truth), t, fname, detail)
+    if len(truth) != len(got):
+        return CheckResult(
+            name, False, len(truth), min(len(truth), len(got)), "episode end",
+            f"truth ran {len(truth)} steps, replay {len(got)}",
+        )
+    return CheckResult(name, True, len(truth))
+
+
+def _sample_actions(space: Any, n: int, seed: int) -> list:
+    space = copy.deepcopy(space)  # the env's own space (and its RNG) stays untouched
+    space.seed(seed)
+    return [space.sample() for _ in range(n)]
+
+
+def _fresh_process_replay(factory: Callable[[], Any], adapter: Any, blob: bytes, actions: list, seed: int) -> tuple:
+    """Runs in a spawned process: restore a pickled state into a never-reset env and a reset env."""
+    state = pickle.loads(blob)
+    never = _Runner(factory, adapter)
+    a = never.replay(state, actions)
+    reset = _Runner(factory, adapter)
+    reset.reset(seed)
+    reset.walk(_sample_actions(reset.env.action_space, 3, seed))
+    b = reset.replay(state, actions)
+    never.close()
+    reset.close()
+    return pickle.dumps((a, b))
+
+
+def _time_limit(env: Any) -> Any:
+    """The outermost TimeLimit wrapper on the stack, or None."""
+    e = env
+    while hasattr(e, "env"):
+        if type(e).__name__ == "TimeLimit":
+            return e
+        e = e.env
+    return None
+
+
+def _hint(report: CloneReport) -> str:
+    fail = report.first_failure
+    if fail is None:
+        return ""
+    by_name = {c.name: c for c in report.checks}
+    if fail.field == "state" and fail.detail:
+        parts = fail.detail.split(": ", 1)[-1]
+        if "rng" in parts:
+            return "the RNG (np_random or a simulator RNG) is not captured or not restored"
+        if "wrappers" in parts:
+            return "a wrapper's state (a counter, a buffer) is not captured"
+        return f"a simulator field ({parts}) is not captured or restored exactly"
+    if fail.name == "restore":
+        return "restoring does not put the simulator back: a field the step reads is not in the state"
+    if fail.name == "perturbed restore" and by_name.get("restore", fail).ok:
+        return (
+            "a hidden field survives restore: the perturbation changed something the state does not "
+            "hold (a counter, a previous action, a cached derived quantity)"
+        )
+    if fail.name.startswith("fresh process"):
+        return (
+            "something process-local: a global RNG, a module-level cache, or a C object the pickle "
+            "does not carry"
+        )
+    if fail.name == "time limit":
+        return "TimeLimit's elapsed-step counter is not captured"
+    if fail.name == "termination":
+        return "a termination counter or flag (e.g. steps_beyond_terminated) is not captured"
+    return ""
+
+
+def _measure(runner: _Runner, state: State, action: Any, repeats: int = 200) -> tuple[float, float, float, int]:
+    ad = runner.adapter
+    ad.restore(state)
+    t0 = time.perf_counter()
+    for _ in range(repeats):
+        ad.restore(state)
+    set_us = (time.perf_counter() - t0) / repeats * 1e6
+    ad._rng_known = None
+    t0 = time.perf_counter()
+    for _ in range(repeats):
+        ad.capture(None, None)
+    get_us = (time.perf_counter() - t0) / repeats * 1e6
+    step = runner.step
+    n = 0
+    t0 = time.perf_counter()
+    for _ in range(repeats):
+        _, _, term, trunc, _ = step(action)
+        n += 1
+        if term or trunc:
+            ad.restore(state)
+    step_us = (time.perf_counter() - t0) / n * 1e6
+    return get_us, set_us, step_us, len(pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL))
+
+
+def run_checks(
+    factory: Callable[[], Any],
+    name: str,
+    *,
+    adapter: type[Adapter] | None = None,
+    seed: int = 0,
+    steps: int = 32,
+    warmup: int = 10,
+    fresh_process: bool = True,
+    budget: int = 2000,
+    timeout: float = 120.0,
+) -> CloneReport:
+    """Run the protocol on envs built by ``factory``; see :func:`check_clonable`."""
+    report = CloneReport(name)
+    try:
+        runner = _Runner(factory, adapter)
+    except StateError as e:
+        report.error = str(e)
+        return report
+    try:
+        _run_protocol(report, runner, factory, adapter, seed, steps, warmup, fresh_process, budget, timeout)
+    except StateError as e:
+        report.error = str(e)
+    finally:
+        runner.close()
+    report.hint = _hint(report)
+    return report
+
+
+def _run_protocol(
+    report: CloneReport,
+    runner: _Runner,
+    factory: Callable[[], Any],
+    adapter: Any,
+    seed: int,
+    steps: int,
+    warmup: int,
+    fresh_process: bool,
+    budget: int,
+    timeout: float,
+) -> None:
+    space = runner.env.action_space
+    report.kind = runner.adapter.kind
+    runner.reset(seed)
+    start, _, ended = runner.walk(_sample_actions(space, warmup, seed + 1))
+    if ended:  # the warm-up ended the episode: start from the reset state
+        start, _ = runner.reset(seed)
+    actions = _sample_actions(space, steps, seed + 2)
+    truth = runner.replay(None, actions)
+    report.checks.append(_compare("restore", truth, runner.replay(start, actions)))
+    runner.walk(_sample_actions(space, 7, seed + 3))
+    runner.reset(seed + 1000)
+    runner.walk(_sample_actions(space, 5, seed + 4))
+    report.checks.append(_compare("perturbed restore", truth, runner.replay(start, actions)))
+
+    if fresh_process:
+        report.checks += _check_fresh_process(factory, adapter, start, actions, truth, seed, timeout)
+    report.checks.append(_check_time_limit(runner, space, seed, budget))
+    report.checks.append(_check_termination(runner, space, seed, budget))
+    report.get_us, report.set_us, report.step_us, report.state_bytes = _measure(runner, start, actions[0])
+
+
+def _check_fresh_process(
+    factory: Any, adapter: Any, start: State, actions: list, truth: list, seed: int, timeout: float
+) -> list[CheckResult]:
+    """Replay in a new interpreter (``python -c``): nothing inherited, the state only through pickle."""
+    import cloudpickle
+
+    name = "fresh process"
+    try:
+        blob = pickle.dumps(start, protocol=pickle.HIGHEST_PROTOCOL)
+    except (pickle.PicklingError, TypeError, AttributeError) as e:
+        return [CheckResult(name, False, detail=f"the state does not pickle: {type(e).__name__}: {e}")]
+    job = cloudpickle.dumps((factory, adapter, blob, actions, seed))
+    code = "import sys; from plan_parallel.state.check import _child_main; _child_main()"
+    # The factory may live in a module found only through this process's sys.path
+    # (a test file, a notebook's folder): hand the path on, as multiprocessing's spawn does.
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", code], input=job, capture_output=True, timeout=timeout, check=False, env=env
+        )
+    except subprocess.TimeoutExpired:
+        return [CheckResult(name, False, detail=f"no answer from the fresh process in {timeout:.0f} s")]
+    if done.returncode != 0:
+        err = done.stderr.decode(errors="replace").strip().splitlines()
+        return [CheckResult(name, False, detail=f"the fresh process failed: {err[-1] if err else done.returncode}")]
+    a, b = pickle.loads(done.stdout)
+    return [_compare(f"{name}, never-reset env", truth, a), _compare(f"{name}, reset env", truth, b)]
+
+
+def _child_main() -> None:
+    """Entry point of the fresh process: read a job from stdin, write the two replays to stdout."""
+    factory, adapter, blob, actions, seed = pickle.loads(sys.stdin.buffer.read())
+    out = _fresh_process_replay(factory, adapter, blob, actions, seed)
+    sys.stdout.buffer.write(out)
+    sys.stdout.buffer.flush()
+
+
+def _check_time_limit(runner: _Runner, space: Any, seed: int, budget: int) -> CheckResult:
+    """Bring the live env two steps short of its TimeLimit, capture, replay the truncation.
+
+    The wrapper's counter is moved forward directly (random play rarely survives
+    to the limit); what is checked is that the state carries the counter.
+    """
+    name = "time limit"
+    wrapper = _time_limit(runner.env)
+    if wrapper is None:
+        return CheckResult(name, None, detail="no TimeLimit wrapper")
+    limit = int(wrapper._max_episode_steps)
+    # An action-replay state re-derives the counter from its action log, so the
+    # counter cannot be moved by hand: walk there honestly, when affordable.
+    honest = runner.adapter.includes_wrappers
+    if honest and limit > budget:
+        return CheckResult(name, None, detail=f"limit {limit} steps is beyond the budget of {budget}")
+    for attempt in range(10):
+        runner.reset(seed + 10 + attempt)
+        if not honest:
+            wrapper._elapsed_steps = limit - 2
+        _, _, ended = runner.walk(_sample_actions(space, limit - 1 if honest else 1, seed + 20 + attempt))
+        if ended:
+            continue
+        before = runner.adapter.capture(None, None)
+        acts = _sample_actions(space, 1, seed + 30 + attempt)
+        truth = runner.replay(None, acts)
+        if truth[-1][2]:  # terminated on the last step: try another start
+            continue
+        if not truth[-1][3]:
+            return CheckResult(name, False, 1, 0, "truncated", f"the live env did not truncate at step {limit}")
+        res = _compare(name, truth, runner.replay(before, acts))
+        if res.ok:
+            res.detail = f"truncation at step {limit} reproduced"
+        return res
+    return CheckResult(name, None, detail="every try terminated before the limit")
+
+
+def _check_termination(runner: _Runner, space: Any, seed: int, budget: int, keep: int = 4) -> CheckResult:
+    """Walk randomly until terminated; replay the last ``keep`` steps from the state before them."""
+    from collections import deque
+
+    name = "termination"
+    ad, step = runner.adapter, runner.step
+    for attempt in range(3):
+        runner.reset(seed + 40 + attempt)
+        last: deque = deque(maxlen=keep)  # (state before, action, live record)
+        before = ad.capture(None, None)
+        for a in _sample_actions(space, budget, seed + 50 + attempt):
+            obs, r, term, trunc, _ = step(a)
+            after = ad.capture(None, obs)
+            last.append((before, a, (obs, float(r), bool(term), bool(trunc), after)))
+            before = after
+            if term:
+                truth = [rec for _, _, rec in last]
+                res = _compare(name, truth, runner.replay(last[0][0], [a for _, a, _ in last]))
+                if res.ok:
+                    res.detail = f"replayed the last {len(truth)} steps through termination"
+                return res
+            if trunc:
+                break
+    return CheckResult(name, None, detail=f"random play did not terminate within {budget} steps")
+
+
+def check_clonable(
+    env: str | Callable[..., Any],
+    *,
+    adapter: type[Adapter] | None = None,
+    seed: int = 0,
+    steps: int = 32,
+    fresh_process: bool = True,
+    budget: int = 2000,
+    timeout: float = 120.0,
+    **env_kwargs: Any,
+) -> CloneReport:
+    """Prove or refute that states of ``env`` replay bit-identically.
+
+    Runs the protocol in this module's docstring and returns a :class:`CloneReport`
+    (``report.ok``, ``print(report)`` for a readable summary). Nothing is raised
+    for an env that fails the checks: the report says what diverged.
+
+    Args:
+        env: a gymnasium env id or a callable returning an env (called with ``env_kwargs``).
+        adapter: an Adapter class to check instead of the registered one.
+        seed: seed of the resets and of the random actions.
+        steps: length of the replayed action sequence.
+        fresh_process: also restore a pickled state in a new (spawned) process.
+        budget: the most steps spent looking for a time limit or a termination.
+        timeout: seconds to wait for the fresh process.
+    """
+    from plan_parallel.factory import EnvFactory
+
+    factory = EnvFactory(env, env_kwargs)
+    return run_checks(
+        factory, factory.name, adapter=adapter, seed=seed, steps=steps,
+        fresh_process=fresh_process, budget=budget, timeout=timeout,
+    )

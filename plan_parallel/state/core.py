@@ -1,0 +1,369 @@
+"""The state value and the adapter protocol.
+
+A :class:`State` is a self-contained, picklable value that restores a gymnasium
+env -- simulator, hidden Python fields, the env's ``np_random`` and the state of
+every wrapper on the stack -- exactly, in this process or in another one built
+from the same env id and kwargs.
+
+An :class:`Adapter` is bound to one env instance and knows how to capture and
+restore that env's state. One adapter class exists per env family
+(:mod:`plan_parallel.state.families`); :func:`register_adapter` adds more.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, ClassVar
+
+import pickle
+
+import numpy as np
+
+from plan_parallel.errors import StateError
+
+__all__ = [
+    "State",
+    "Adapter",
+    "register_adapter",
+    "adapter_class_for",
+    "bind",
+    "get_rng_state",
+    "set_rng_state",
+]
+
+
+def _values_equal(a: Any, b: Any) -> bool:
+    """Bitwise equality of plain data: arrays by dtype, shape and bytes; containers recursively."""
+    if a is b:
+        return True
+    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+        if not (isinstance(a, np.ndarray) and isinstance(b, np.ndarray)):
+            return False
+        if a.dtype != b.dtype or a.shape != b.shape:
+            return False
+        if a.dtype.hasobject:
+            return all(_values_equal(x, y) for x, y in zip(a.ravel(), b.ravel()))
+        return a.tobytes() == b.tobytes()
+    if isinstance(a, (tuple, list)) and isinstance(b, (tuple, list)):
+        return type(a) is type(b) and len(a) == len(b) and all(
+            _values_equal(x, y) for x, y in zip(a, b)
+        )
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_values_equal(a[k], b[k]) for k in a)
+    if isinstance(a, float) and isinstance(b, float):
+        return a.hex() == b.hex() if a == a or b == b else True  # NaN equals NaN here
+    try:
+        return bool(a == b)
+    except Exception as exc:  # noqa: BLE001 - a comparison we cannot make is "not equal"
+        raise StateError(f"cannot compare state values of type {type(a).__name__}: {exc}") from exc
+
+
+class Pickled:
+    """Pickled bytes of a dict of attributes, compared by content rather than by bytes.
+
+    Two pickles of equal objects can differ in bytes: pickle records which
+    objects are shared, and an env built by its constructor shares differently
+    from one rebuilt by ``pickle.loads``. Equality therefore falls back to
+    comparing every attribute's own pickle.
+    """
+
+    __slots__ = ("data",)
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Pickled):
+            return NotImplemented
+        if self.data == other.data:
+            return True
+        a, b = pickle.loads(self.data), pickle.loads(other.data)
+        if not (isinstance(a, dict) and isinstance(b, dict)) or a.keys() != b.keys():
+            return False
+        return all(pickle.dumps(a[k], 4) == pickle.dumps(b[k], 4) for k in a)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __reduce__(self) -> tuple:
+        return (Pickled, (self.data,))
+
+    def __len__(self) -> int:
+        return len(self.data)
+
+
+class State:
+    """The complete state of one env, as a picklable value.
+
+    Attributes:
+        kind: which adapter, env class and wrapper stack produced this state,
+            e.g. ``"classic:CartPoleEnv|TimeLimit"``. A state restores only into an
+            env of the same kind.
+        sim: the simulator's state (an ndarray for classic control and MuJoCo, an
+            ``ale_py.ALEState`` for Atari, plain Python values for toy text).
+        extra: hidden Python fields the env's ``step`` reads (a tuple, or None).
+        rng: the env's ``np_random`` bit-generator state (a dict), or None.
+        wrappers: one entry per stateful wrapper on the stack, outermost first.
+        obs: the observation the env returned at this state (None if unknown).
+            It is kept so that a restored env can report its observation; treat
+            it as read-only.
+
+    States compare equal when every field is bitwise equal. They are values:
+    nothing in the library mutates a state after creating it.
+    """
+
+    __slots__ = ("kind", "sim", "extra", "rng", "wrappers", "obs")
+
+    def __init__(
+        self,
+        kind: str,
+        sim: Any,
+        extra: Any = None,
+        rng: dict | None = None,
+        wrappers: tuple = (),
+        obs: Any = None,
+    ) -> None:
+        self.kind = kind
+        self.sim = sim
+        self.extra = extra
+        self.rng = rng
+        self.wrappers = wrappers
+        self.obs = obs
+
+    @property
+    def family(self) -> str:
+        """The adapter family name, e.g. ``"classic"``, ``"ale"``, ``"mujoco"``."""
+        return self.kind.split(":", 1)[0]
+
+    def __reduce__(self):
+        return (State, (self.kind, self.sim, self.extra, self.rng, self.wrappers, self.obs))
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, State):
+            return NotImplemented
+        return (
+            self.kind == other.kind
+            and _values_equal(self.sim, other.sim)
+            and _values_equal(self.extra, other.extra)
+            and _values_equal(self.rng, other.rng)
+            and _values_equal(self.wrappers, other.wrappers)
+            and _values_equal(self.obs, other.obs)
+        )
+
+    __hash__ = None  # type: ignore[assignment]  # states hold arrays: not hashable
+
+    def diff(self, other: "State") -> list[str]:
+        """Names of the fields that differ from ``other`` (empty when equal)."""
+        out = []
+        for name in self.__slots__:
+            if not _values_equal(getattr(self, name), getattr(other, name)):
+                out.append(name)
+        return out
+
+    def __repr__(self) -> str:
+        sim = self.sim
+        if isinstance(sim, np.ndarray):
+            sim_r = f"array{sim.shape}:{sim.dtype}"
+        else:
+            sim_r = type(sim).__name__
+        return f"State({self.kind!r}, sim={sim_r}, extra={self.extra!r}, wrappers={self.wrappers!r})"
+
+
+def get_rng_state(generator: np.random.Generator) -> dict:
+    """The bit-generator state of ``generator`` (a fresh dict of Python ints)."""
+    return generator.bit_generator.state
+
+
+def set_rng_state(generator: np.random.Generator, state: dict) -> None:
+    """Restore a bit-generator state captured by :func:`get_rng_state`."""
+    generator.bit_generator.state = state
+
+
+class Adapter:
+    """Captures and restores one env instance's complete state.
+
+    Subclasses implement :meth:`get_sim` / :meth:`set_sim` for the simulator part;
+    this base class adds the env's RNG and the wrapper stack, and checks that a
+    state belongs to this env before restoring it. An adapter that needs to see
+    every reset and step (action replay) overrides :meth:`reset` and :meth:`make_step`.
+
+    Class attributes:
+        name: the family name, the first part of :attr:`State.kind`.
+        step_draws_rng: False when the family's ``step`` never draws from
+            ``np_random`` (then the RNG is carried over from the restored state
+            instead of being read back after every step, a 1-2 us saving).
+        includes_wrappers: True when the adapter's state already re-derives the
+            wrappers' state (action replay), so no wrapper walk is done.
+    """
+
+    name: ClassVar[str] = "base"
+    step_draws_rng: ClassVar[bool] = True
+    includes_wrappers: ClassVar[bool] = False
+
+    def __init__(self, env: Any) -> None:
+        # Imported here: wrappers imports this module for State.
+        from plan_parallel.state.wrappers import WrapperStack
+
+        self.env = env
+        self.u = env.unwrapped
+        self.wrappers = WrapperStack(env) if not self.includes_wrappers else WrapperStack.empty()
+        self.kind = f"{self.name}:{type(self.u).__name__}" + (
+            "|" + ",".join(self.wrappers.names) if self.wrappers.names else ""
+        )
+        self._draws = self.step_draws_rng
+        # The rng value the env's np_random is known to hold (identity-tracked), or None.
+        self._rng_known: dict | None = None
+
+    # --- to implement per family ---------------------------------------------------
+    @classmethod
+    def accepts(cls, unwrapped: Any) -> bool:
+        """Whether this adapter can capture ``unwrapped`` faithfully."""
+        return False
+
+    def get_sim(self) -> tuple[Any, Any]:
+        """Return ``(sim, extra)``: the simulator state and hidden fields, as copies."""
+        raise NotImplementedError
+
+    def set_sim(self, sim: Any, extra: Any) -> None:
+        """Restore what :meth:`get_sim` returned. Must not keep references the env mutates."""
+        raise NotImplementedError
+
+    def check_sim(self, sim: Any) -> str | None:
+        """Why ``sim`` cannot belong to this env (None if it looks right). Cheap."""
+        return None
+
+    # --- hooks for adapters that must see resets and steps ---------------------------
+    def reset(self, seed: int | None, options: dict | None) -> tuple[Any, dict]:
+        """Reset the env; returns ``(obs, info)``."""
+        self._rng_known = None
+        out = self.env.reset(seed=seed, options=options)
+        self.wrappers.after_reset()
+        return out
+
+    def make_step(self) -> Callable[[Any], tuple]:
+        """The function that steps the env once (the wrapped env's ``step``)."""
+        return self.env.step
+
+    # --- the protocol ------------------------------------------------------------------
+    def _read_rng(self) -> dict | None:
+        gen = getattr(self.u, "_np_random", None)
+        if gen is None:
+            return None
+        return gen.bit_generator.state
+
+    def capture(self, prev: State | None = None, obs: Any = None) -> State:
+        """The env's current state, keeping ``obs`` with it.
+
+        ``prev`` is accepted for adapters that can share structure with the state
+        the env was restored from; the base class does not need it. When the
+        family's step never draws from the RNG, the RNG value last restored or
+        read is reused instead of being read back (it cannot have changed).
+        """
+        sim, extra = self.get_sim()
+        rng = self._rng_known
+        if rng is None or self._draws:
+            rng = self._read_rng()
+            self._rng_known = rng
+        return State(self.kind, sim, extra, rng, self.wrappers.get(), obs)
+
+    def compile(self) -> None:
+        """Install a faster :meth:`capture` for this instance (called once by :func:`bind`).
+
+        When the family's step never draws from the RNG, the RNG value is the
+        one last restored or read, so capture is the simulator, the wrappers and
+        one object; this closure skips the checks the general method makes.
+        """
+        if self._draws or type(self).capture is not Adapter.capture:
+            return
+        get_sim, wget, kind, general = self.get_sim, self.wrappers.get, self.kind, self.capture
+
+        def capture(prev: State | None = None, obs: Any = None) -> State:
+            rng = self._rng_known
+            if rng is None:
+                return general(prev, obs)
+            sim, extra = get_sim()
+            return State(kind, sim, extra, rng, wget(), obs)
+
+        self.capture = capture  # type: ignore[method-assign]
+
+    def validate(self, state: Any) -> None:
+        """Raise :class:`StateError` unless ``state`` can restore this env."""
+        if not isinstance(state, State):
+            raise StateError(f"expected a plan_parallel State, got {type(state).__name__}: {state!r:.200}")
+        if state.kind != self.kind:
+            raise StateError(
+                f"state of kind {state.kind!r} cannot restore an env of kind {self.kind!r} "
+                "(another env family, env class or wrapper stack)"
+            )
+        why = self.check_sim(state.sim)
+        if why is not None:
+            raise StateError(f"malformed {self.name} state: {why}")
+
+    def restore(self, state: State) -> None:
+        """Restore ``state`` into the env (assumes :meth:`validate` passed)."""
+        self.set_sim(state.sim, state.extra)
+        rng = state.rng
+        if rng is not None and not (rng is self._rng_known and not self._draws):
+            gen = self.u._np_random
+            if gen is None:  # never reset nor seeded
+                gen = self.u._np_random = np.random.Generator(getattr(np.random, rng["bit_generator"])())
+            gen.bit_generator.state = rng
+        self._rng_known = rng
+        self.wrappers.set(state.wrappers)
+
+
+_REGISTRY: list[tuple[type, type[Adapter]]] = []
+_CHAIN: list[type[Adapter]] = []  # adapters consulted by accepts(), in order
+
+
+def register_adapter(adapter: type[Adapter], env_class: type | None = None) -> type[Adapter]:
+    """Register an adapter class.
+
+    Args:
+        adapter: a subclass of :class:`Adapter`.
+        env_class: when given, ``adapter`` is used for envs whose unwrapped class is
+            exactly this class or a subclass (registered later wins). When None,
+            ``adapter.accepts(unwrapped)`` decides, after every class-keyed entry.
+
+    Returns:
+        ``adapter`` (so this can decorate a class).
+
+    Raises:
+        TypeError: ``adapter`` is not an Adapter subclass.
+    """
+    if not (isinstance(adapter, type) and issubclass(adapter, Adapter)):
+        raise TypeError(f"adapter must be a subclass of plan_parallel.state.Adapter, got {adapter!r}")
+    if env_class is None:
+        _CHAIN.append(adapter)
+    else:
+        _REGISTRY.insert(0, (env_class, adapter))
+    return adapter
+
+
+def adapter_class_for(unwrapped: Any) -> type[Adapter]:
+    """The adapter class that captures ``unwrapped`` faithfully.
+
+    Raises:
+        StateError: nothing can capture this env exactly; the message says why.
+    """
+    cls = type(unwrapped)
+    for env_class, adapter in _REGISTRY:
+        if cls is env_class:
+            return adapter
+    for env_class, adapter in _REGISTRY:
+        if issubclass(cls, env_class) and adapter.accepts(unwrapped):
+            return adapter
+    for adapter in _CHAIN:
+        if adapter.accepts(unwrapped):
+            return adapter
+    from plan_parallel.state.families import explain_unsupported
+
+    raise StateError(explain_unsupported(unwrapped))
+
+
+def bind(env: Any, adapter: type[Adapter] | None = None) -> Adapter:
+    """Bind the right adapter (or ``adapter``) to a gymnasium env with its wrapper stack."""
+    # Importing families fills the registry.
+    import plan_parallel.state.families  # noqa: F401
+
+    cls = adapter if adapter is not None else adapter_class_for(env.unwrapped)
+    bound = cls(env)
+    bound.compile()
+    return bound

@@ -1,0 +1,576 @@
+"""One adapter per env family, registered on import.
+
+Recipes follow the measured survey (``shared/research/state_cloning.md``):
+
+- classic control: the simulator state array, hidden fields, the RNG;
+- toy text: every field ``step`` reads, the RNG;
+- ALE: ``cloneState(include_rng=True)`` / ``restoreState``;
+- MuJoCo: ``mj_getState(mjSTATE_INTEGRATION)`` plus ``xpos``/``xipos`` (read by
+  Ant and Humanoid before ``mj_step``), restored without ``mj_forward``;
+- user envs that define ``get_state()`` / ``set_state(state)``;
+- pure-Python envs proven faithful (MiniGrid): a pickle of the unwrapped ``__dict__``;
+- Box2D (no capturable simulator): action replay -- reset seed, options and the
+  action history; restoring costs O(depth) steps.
+"""
+from __future__ import annotations
+
+import functools
+import pickle
+import secrets
+import sys
+from typing import Any, Callable
+
+import numpy as np
+
+from plan_parallel.state.core import Adapter, Pickled, State, register_adapter
+
+__all__ = [
+    "ClassicControlAdapter",
+    "ToyTextAdapter",
+    "AleAdapter",
+    "MujocoAdapter",
+    "UserMethodsAdapter",
+    "GenericPickleAdapter",
+    "ActionReplayAdapter",
+    "ActionLog",
+    "explain_unsupported",
+]
+
+
+# --------------------------------------------------------------------------- classic control
+class ClassicControlAdapter(Adapter):
+    """``unwrapped.state`` (an array; MountainCar's tuple becomes one) + hidden fields + RNG.
+
+    The classic-control ``step`` methods assign a new ``state`` each step and
+    never mutate it in place, so a restored array is handed to the env as is.
+    """
+
+    name = "classic"
+    EXTRA: dict[str, tuple[str, ...]] = {
+        "CartPoleEnv": ("steps_beyond_terminated",),
+        "PendulumEnv": ("last_u",),
+        "AcrobotEnv": (),
+        "MountainCarEnv": (),
+        "Continuous_MountainCarEnv": (),
+    }
+    RNG_FREE_STEP = {"CartPoleEnv", "PendulumEnv", "MountainCarEnv", "Continuous_MountainCarEnv"}
+
+    def __init__(self, env: Any) -> None:
+        super().__init__(env)
+        cname = type(self.u).__name__
+        names = self.EXTRA[cname]
+        self._draws = not (
+            cname in self.RNG_FREE_STEP
+            or (cname == "AcrobotEnv" and not getattr(self.u, "torque_noise_max", 0.0))
+        )
+        u = self.u
+        if len(names) == 1:
+            (n,) = names
+            d = u.__dict__
+
+            def get_extra() -> Any:
+                return d[n]
+
+            def set_extra(v: Any) -> None:
+                d[n] = v
+        else:
+            def get_extra() -> Any:
+                return None
+
+            def set_extra(v: Any) -> None:
+                return None
+
+        self._get_extra = get_extra
+        self._set_extra = set_extra
+        self._shape: tuple[int, ...] | None = None
+
+    def get_sim(self) -> tuple[Any, Any]:
+        s = self.u.state
+        if type(s) is not np.ndarray:  # MountainCar keeps a tuple; None before the first reset
+            if s is None:
+                from plan_parallel.errors import StateError
+
+                raise StateError(f"{type(self.u).__name__} has no state yet: reset it or restore a state first")
+            s = np.array(s)
+        # No copy: these envs assign a fresh array every step and never write into it.
+        return s, self._get_extra()
+
+    def set_sim(self, sim: Any, extra: Any) -> None:
+        self.u.state = sim
+        self._set_extra(extra)
+
+    def check_sim(self, sim: Any) -> str | None:
+        if not isinstance(sim, np.ndarray) or sim.ndim != 1:
+            return f"expected a 1-d ndarray, got {type(sim).__name__}"
+        return None
+
+
+from gymnasium.envs import classic_control as _cc  # noqa: E402 - part of gymnasium itself
+
+for _name in ClassicControlAdapter.EXTRA:
+    register_adapter(ClassicControlAdapter, getattr(_cc, _name))
+
+
+# --------------------------------------------------------------------------- toy text
+class ToyTextAdapter(Adapter):
+    """Every field the toy-text ``step`` reads, plus the RNG (slippery/rainy/card draws)."""
+
+    name = "toytext"
+    FIELDS: dict[str, tuple[str, ...]] = {
+        "FrozenLakeEnv": ("s", "lastaction"),
+        "TaxiEnv": ("s", "lastaction", "fickle_step", "taxi_orientation"),
+        "CliffWalkingEnv": ("s", "lastaction"),
+        "BlackjackEnv": ("player", "dealer", "dealer_top_card_suit", "dealer_top_card_value_str"),
+    }
+
+    def __init__(self, env: Any) -> None:
+        super().__init__(env)
+        self._fields = self.FIELDS[type(self.u).__name__]
+
+    def get_sim(self) -> tuple[Any, Any]:
+        d = self.u.__dict__
+        # Blackjack appends to its hands in place: copy lists.
+        return tuple(list(d[f]) if isinstance(d.get(f), list) else d.get(f) for f in self._fields), None
+
+    def set_sim(self, sim: Any, extra: Any) -> None:
+        d = self.u.__dict__
+        for f, v in zip(self._fields, sim):
+            d[f] = list(v) if isinstance(v, list) else v
+
+    def check_sim(self, sim: Any) -> str | None:
+        if not isinstance(sim, tuple) or len(sim) != len(self._fields):
+            return f"expected a tuple of {len(self._fields)} fields {self._fields}, got {sim!r:.100}"
+        return None
+
+
+from gymnasium.envs import toy_text as _tt  # noqa: E402 - part of gymnasium itself
+
+for _name in ToyTextAdapter.FIELDS:
+    register_adapter(ToyTextAdapter, getattr(_tt, _name))
+
+
+# --------------------------------------------------------------------------- ALE
+class AleAdapter(Adapter):
+    """``ale.cloneState(include_rng=True)``: RAM, CPU, TIA, frame counters and ALE's RNG.
+
+    The env's ``np_random`` is kept too (stochastic frameskip draws from it). ALE
+    settings (sticky probability, frameskip, obs type) are not in the state: a
+    state restores only into an env built with the same id and kwargs.
+
+    Sticky actions. ALE keeps the previous *effective* action (the one a sticky
+    frame repeats) in a C++ member that ``cloneState`` does not save and that no
+    API can read or set, so a restored env would repeat whatever action that env
+    last applied. To make it part of the state, binding an env with
+    ``repeat_action_probability > 0`` moves stickiness into Python: ALE's own
+    probability is set to 0 (the ROM is reloaded and the game state put back),
+    and the env's ``step`` is replaced by :func:`_sticky_step`, which draws one
+    uniform per frame from the env's ``np_random`` and repeats the previous
+    effective action with the same probability (Machado et al. 2018, as ALE).
+    The distribution is ALE's; the random stream is not, so a bound env does not
+    reproduce an unbound env's trajectory for the same seed.
+    """
+
+    name = "ale"
+
+    def __init__(self, env: Any) -> None:
+        super().__init__(env)
+        u = self.u
+        self._ale = u.ale
+        import ale_py
+
+        self._state_type = ale_py.ALEState
+        self._noop = ale_py.Action.NOOP
+        if "_pp_sticky_p" not in u.__dict__:
+            p = float(self._ale.getFloat("repeat_action_probability"))
+            u._pp_sticky_p = p
+            u._pp_sticky_prev = (self._noop, 1.0)
+            if p > 0.0:
+                _take_over_stickiness(u)
+        self._sticky = u._pp_sticky_p > 0.0
+        self._draws = self._sticky or isinstance(getattr(u, "_frameskip", 1), tuple)
+
+    @classmethod
+    def accepts(cls, unwrapped: Any) -> bool:
+        return type(unwrapped).__module__.startswith("ale_py") and hasattr(unwrapped, "ale")
+
+    def get_sim(self) -> tuple[Any, Any]:
+        return self._ale.cloneState(include_rng=True), self.u._pp_sticky_prev
+
+    def set_sim(self, sim: Any, extra: Any) -> None:
+        self._ale.restoreState(sim)
+        self.u._pp_sticky_prev = extra
+
+    def check_sim(self, sim: Any) -> str | None:
+        if not isinstance(sim, self._state_type):
+            return f"expected an ale_py.ALEState, got {type(sim).__name__}"
+        return None
+
+
+def _take_over_stickiness(u: Any) -> None:
+    """Set ALE's sticky probability to 0 and route ``u.step``/``u.reset`` through Python."""
+    ale = u.ale
+    snapshot = ale.cloneState(include_rng=True)
+    ale.setFloat("repeat_action_probability", 0.0)
+    u.load_game()  # settings are read when the ROM loads
+    ale.restoreState(snapshot)
+    native_reset = u.reset
+
+    def reset(*args: Any, **kwargs: Any) -> Any:
+        out = native_reset(*args, **kwargs)
+        u._pp_sticky_prev = (u._pp_noop, 1.0)  # ALE's softReset does the same
+        return out
+
+    import ale_py
+
+    u._pp_noop = ale_py.Action.NOOP
+    u.reset = reset
+    u.step = functools.partial(_sticky_step, u)
+
+
+def _sticky_step(u: Any, action: Any) -> tuple:
+    """``AtariEnv.step`` with sticky actions drawn from ``u.np_random`` (see AleAdapter)."""
+    fs = u._frameskip
+    rng = u.np_random
+    if not isinstance(fs, int):
+        fs = int(rng.integers(*fs))
+    if u.continuous:
+        x = action[0] * np.cos(action[1])
+        y = action[0] * np.sin(action[1])
+        th = u.continuous_action_threshold
+        wanted = (
+            u.map_action_idx(
+                left_center_right=-int(x < -th) + int(x > th),
+                down_center_up=-int(y < -th) + int(y > th),
+                fire=bool(action[-1] > th),
+            ),
+            float(action[0]),
+        )
+    else:
+        wanted = (u._action_set[action], 1.0)
+    keep = rng.random(fs) < u._pp_sticky_p
+    prev = u._pp_sticky_prev
+    ale = u.ale
+    reward = 0.0
+    for k in keep:
+        if not k:
+            prev = wanted
+        reward += ale.act(prev[0], prev[1])
+    u._pp_sticky_prev = prev
+    return u._get_obs(), reward, ale.game_over(with_truncation=False), ale.game_truncated(), u._get_info()
+
+
+register_adapter(AleAdapter)
+
+
+# --------------------------------------------------------------------------- MuJoCo
+class MujocoAdapter(Adapter):
+    """``mjSTATE_INTEGRATION`` (warmstart included) + ``xpos`` and ``xipos``, as one float64 array.
+
+    ``xpos``/``xipos`` are outputs of the last forward pass that Ant and Humanoid
+    read *before* ``mj_step``; no ``mjtState`` bit holds them, and ``mj_forward``
+    after a restore would recompute them for the current ``qpos`` (not bitwise).
+    So they are restored as saved, and ``mj_forward`` is not called.
+    """
+
+    name = "mujoco"
+    step_draws_rng = False
+
+    def __init__(self, env: Any) -> None:
+        super().__init__(env)
+        import mujoco
+
+        self._mj = mujoco
+        self._m = self.u.model
+        self._spec = int(mujoco.mjtState.mjSTATE_INTEGRATION)
+        self._n = int(mujoco.mj_stateSize(self._m, self._spec))
+        d = self.u.data
+        self._nx = d.xpos.size
+        self._size = self._n + 2 * self._nx
+
+    @classmethod
+    def accepts(cls, unwrapped: Any) -> bool:
+        model = getattr(unwrapped, "model", None)
+        return (
+            "mujoco" in sys.modules
+            and type(model).__name__ == "MjModel"
+            and type(getattr(unwrapped, "data", None)).__name__ == "MjData"
+        )
+
+    def get_sim(self) -> tuple[Any, Any]:
+        d = self.u.data
+        out = np.empty(self._size)
+        self._mj.mj_getState(self._m, d, out[: self._n], self._spec)
+        n, nx = self._n, self._nx
+        out[n : n + nx] = d.xpos.ravel()
+        out[n + nx :] = d.xipos.ravel()
+        return out, None
+
+    def set_sim(self, sim: Any, extra: Any) -> None:
+        d = self.u.data
+        n, nx = self._n, self._nx
+        self._mj.mj_setState(self._m, d, sim[:n], self._spec)
+        d.xpos.ravel()[:] = sim[n : n + nx]
+        d.xipos.ravel()[:] = sim[n + nx :]
+
+    def check_sim(self, sim: Any) -> str | None:
+        if not isinstance(sim, np.ndarray) or sim.dtype != np.float64 or sim.shape != (self._size,):
+            got = f"{sim.dtype}{sim.shape}" if isinstance(sim, np.ndarray) else type(sim).__name__
+            return f"expected float64 ({self._size},) for this model, got {got}"
+        return None
+
+
+register_adapter(MujocoAdapter)
+
+
+# --------------------------------------------------------------------------- action replay (Box2D)
+class ActionLog:
+    """An immutable, structure-sharing list of actions (a cons cell).
+
+    Appending is O(1) and a child state shares its parent's history. Pickles as a
+    flat list, so deep histories do not hit the recursion limit.
+    """
+
+    __slots__ = ("parent", "action", "length")
+
+    def __init__(self, parent: "ActionLog | None", action: Any) -> None:
+        self.parent = parent
+        self.action = action
+        self.length = 1 if parent is None else parent.length + 1
+
+    def to_list(self) -> list:
+        out = []
+        node: ActionLog | None = self
+        while node is not None:
+            out.append(node.action)
+            node = node.parent
+        out.reverse()
+        return out
+
+    @staticmethod
+    def from_list(actions: list) -> "ActionLog | None":
+        node = None
+        for a in actions:
+            node = ActionLog(node, a)
+        return node
+
+    def __reduce__(self):
+        return (ActionLog.from_list, (self.to_list(),))
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, ActionLog):
+            return NotImplemented
+        if self is other:
+            return True
+        if self.length != other.length:
+            return False
+        from plan_parallel.state.core import _values_equal
+
+        return _values_equal(self.to_list(), other.to_list())
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __len__(self) -> int:
+        return self.length
+
+
+class ActionReplayAdapter(Adapter):
+    """Exact state by replay: the reset seed, reset options and every action since.
+
+    For simulators whose state cannot be read and written (Box2D). Restoring
+    resets with the recorded seed and replays the actions: it costs a reset plus
+    one step per recorded action, so O(depth). When the target history extends
+    the env's current one, only the new actions are replayed. RNG, wrapper state
+    and everything else are re-derived by the replay itself.
+    """
+
+    name = "replay"
+    includes_wrappers = True
+
+    def __init__(self, env: Any) -> None:
+        super().__init__(env)
+        self._seed: int | None = None
+        self._options: dict | None = None
+        self._log: ActionLog | None = None
+
+    @classmethod
+    def accepts(cls, unwrapped: Any) -> bool:
+        return type(unwrapped).__module__.startswith("gymnasium.envs.box2d")
+
+    def reset(self, seed: int | None, options: dict | None) -> tuple[Any, dict]:
+        if seed is None:
+            gen = getattr(self.u, "_np_random", None)
+            # Derived from the env's RNG when it has one, so an unseeded reset after a
+            # seeded one stays reproducible.
+            seed = int(gen.integers(2**31)) if gen is not None else secrets.randbits(31)
+        self._seed, self._options, self._log = int(seed), options, None
+        return self.env.reset(seed=int(seed), options=options)
+
+    def make_step(self) -> Callable[[Any], tuple]:
+        step = self.env.step
+
+        def logged_step(action: Any) -> tuple:
+            out = step(action)
+            self._log = ActionLog(self._log, np.array(action) if isinstance(action, np.ndarray) else action)
+            return out
+
+        return logged_step
+
+    def get_sim(self) -> tuple[Any, Any]:
+        if self._seed is None:
+            from plan_parallel.errors import StateError
+
+            raise StateError("the env has no replayable history yet: reset it first")
+        return (self._seed, self._options, self._log), None
+
+    def capture(self, prev: State | None = None, obs: Any = None) -> State:
+        sim, _ = self.get_sim()
+        return State(self.kind, sim, None, None, (), obs)
+
+    def restore(self, state: State) -> None:
+        seed, options, log = state.sim
+        if seed == self._seed and options == self._options:
+            if log is self._log:
+                return
+            # Does the target extend the current history? Then replay only the tail.
+            cur_len = 0 if self._log is None else self._log.length
+            tgt_len = 0 if log is None else log.length
+            if tgt_len > cur_len:
+                tail = []
+                node = log
+                while node is not None and node.length > cur_len:
+                    tail.append(node.action)
+                    node = node.parent
+                if node is self._log:
+                    step = self.env.step
+                    for a in reversed(tail):
+                        step(a)
+                    self._log = log
+                    return
+        self.env.reset(seed=seed, options=options)
+        step = self.env.step
+        for a in ([] if log is None else log.to_list()):
+            step(a)
+        self._seed, self._options, self._log = seed, options, log
+
+    def check_sim(self, sim: Any) -> str | None:
+        if not (isinstance(sim, tuple) and len(sim) == 3 and isinstance(sim[0], int)):
+            return f"expected (seed, options, ActionLog), got {sim!r:.100}"
+        if sim[2] is not None and not isinstance(sim[2], ActionLog):
+            return f"expected an ActionLog history, got {type(sim[2]).__name__}"
+        return None
+
+
+register_adapter(ActionReplayAdapter)
+
+
+# --------------------------------------------------------------------------- user envs
+class UserMethodsAdapter(Adapter):
+    """An env whose unwrapped class defines ``get_state()`` and ``set_state(state)`` (plangym's convention).
+
+    Whatever ``get_state`` returns is the simulator part; the env's RNG and the
+    wrapper stack are captured as for every family. ``get_state`` must return a
+    value the env will not mutate later (a copy).
+    """
+
+    name = "user"
+
+    @classmethod
+    def accepts(cls, unwrapped: Any) -> bool:
+        t = type(unwrapped)
+        get, set_ = getattr(t, "get_state", None), getattr(t, "set_state", None)
+        if not (callable(get) and callable(set_)):
+            return False
+        import inspect
+
+        try:
+            params = [
+                p for p in inspect.signature(set_).parameters.values()
+                if p.default is p.empty and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+            ]
+        except (TypeError, ValueError):
+            return True
+        # set_state(self, state): exactly one required argument besides self.
+        # (gymnasium's MujocoEnv.set_state(qpos, qvel) is not this protocol.)
+        return len(params) == 2
+
+    def get_sim(self) -> tuple[Any, Any]:
+        return self.u.get_state(), None
+
+    def set_sim(self, sim: Any, extra: Any) -> None:
+        self.u.set_state(sim)
+
+
+register_adapter(UserMethodsAdapter)
+
+
+# --------------------------------------------------------------------------- generic pickle
+# Not part of the state: render handles, and the spaces (static, and their
+# sampling RNG belongs to whoever samples actions, not to the simulation).
+_RENDER_KEYS = frozenset(
+    {"window", "clock", "screen", "surf", "window_surface", "viewer", "renderer", "isopen", "_window",
+     "action_space", "observation_space"}
+)
+
+
+class GenericPickleAdapter(Adapter):
+    """A pickle of the whole unwrapped ``__dict__`` (minus render handles), restored by ``__dict__.update``.
+
+    Exact for pure-Python envs: one ``pickle.dumps`` keeps aliasing between
+    attributes, including the env's ``np_random``. Used automatically only for
+    env classes where it was proven bitwise (MiniGrid); register it for your own
+    pure-Python env once :func:`plan_parallel.check_clonable` passes with it.
+    Never for envs that wrap C/C++ state (pickling those re-runs the constructor).
+    """
+
+    name = "pickle"
+    PROVEN_BASES = ("minigrid.minigrid_env.MiniGridEnv",)
+
+    def _read_rng(self) -> dict | None:
+        return None  # the RNG is inside the pickled __dict__
+
+    @classmethod
+    def accepts(cls, unwrapped: Any) -> bool:
+        names = {f"{c.__module__}.{c.__qualname__}" for c in type(unwrapped).__mro__}
+        return any(b in names for b in cls.PROVEN_BASES) and not _is_ezpickle(unwrapped)
+
+    def get_sim(self) -> tuple[Any, Any]:
+        d = {
+            k: v for k, v in self.u.__dict__.items()
+            if k not in _RENDER_KEYS and not type(v).__module__.startswith("pygame")
+        }
+        return Pickled(pickle.dumps(d, protocol=pickle.HIGHEST_PROTOCOL)), None
+
+    def set_sim(self, sim: Any, extra: Any) -> None:
+        self.u.__dict__.update(pickle.loads(sim.data))
+
+    def check_sim(self, sim: Any) -> str | None:
+        if not isinstance(sim, Pickled):
+            return f"expected a Pickled dict of attributes, got {type(sim).__name__}"
+        return None
+
+
+register_adapter(GenericPickleAdapter)
+
+
+def _is_ezpickle(obj: Any) -> bool:
+    return any(c.__name__ == "EzPickle" for c in type(obj).__mro__)
+
+
+def explain_unsupported(unwrapped: Any) -> str:
+    """Why no adapter captures ``unwrapped``, and what the user can do."""
+    cls = type(unwrapped)
+    where = f"{cls.__module__}.{cls.__qualname__}"
+    if _is_ezpickle(unwrapped):
+        why = (
+            "it pickles through EzPickle, which re-runs the constructor: a pickle or deepcopy "
+            "is a fresh, never-reset env, not a copy of this one"
+        )
+    else:
+        why = "no registered adapter knows which fields its step reads"
+    return (
+        f"cannot capture the state of {where} exactly: {why}. Options: define get_state() and "
+        "set_state(state) on the env class; register an Adapter with "
+        "plan_parallel.state.register_adapter; or, for a pure-Python env, check it with "
+        "plan_parallel.check_clonable(env, adapter=plan_parallel.state.GenericPickleAdapter) "
+        "and then register_adapter(GenericPickleAdapter, YourEnvClass)"
+    )

@@ -1,0 +1,255 @@
+"""Moving chunks between processes: shared-memory slabs for fixed-shape arrays.
+
+A chunk of items travels as *columns*. A column whose values are ndarrays of one
+shape and dtype (observations, MuJoCo and classic-control simulator states,
+actions) is stacked into a preallocated shared-memory :class:`Slab`; everything
+else (infos, ALE states, RNG dicts, wrapper counters) is pickled into the small
+message that goes over the pipe. Pickling all the non-array parts of a chunk in
+one ``dumps`` call lets pickle's memo share repeated objects (the same RNG dict,
+the same kind string) instead of copying them per item.
+
+Slabs are created by the parent (so ``multiprocessing``'s resource tracker
+unlinks them even if the parent is killed) and attached by workers without
+registering them anywhere.
+"""
+from __future__ import annotations
+
+import mmap
+import os
+import pickle
+import secrets
+from multiprocessing import shared_memory
+from typing import Any, Sequence
+
+import numpy as np
+
+from plan_parallel.state.core import State
+
+__all__ = [
+    "Slab",
+    "SlabPool",
+    "ArrayWriter",
+    "read_columns",
+    "pack_states",
+    "unpack_states",
+    "pack_infos",
+    "unpack_infos",
+    "PROTOCOL",
+]
+
+PROTOCOL = pickle.HIGHEST_PROTOCOL
+_ALIGN = 64
+
+
+class Slab:
+    """One shared-memory segment, created by the parent or attached by a worker."""
+
+    def __init__(self, name: str, size: int, *, create: bool) -> None:
+        self.name = name
+        self.size = size
+        self._shm: shared_memory.SharedMemory | None = None
+        self._mmap: mmap.mmap | None = None
+        if create:
+            self._shm = shared_memory.SharedMemory(name=name, create=True, size=size)
+            self.buf = self._shm.buf
+        else:
+            # Attach without the resource tracker: the parent owns the segment.
+            import _posixshmem
+
+            fd = _posixshmem.shm_open("/" + name, os.O_RDWR, mode=0o600)
+            try:
+                self._mmap = mmap.mmap(fd, size)
+            finally:
+                os.close(fd)
+            self.buf = memoryview(self._mmap)
+
+    @classmethod
+    def create(cls, size: int) -> "Slab":
+        return cls(f"pp_{os.getpid()}_{secrets.token_hex(4)}", max(size, _ALIGN), create=True)
+
+    def array(self, offset: int, dtype: Any, shape: tuple[int, ...]) -> np.ndarray:
+        return np.ndarray(shape, dtype=dtype, buffer=self.buf, offset=offset)
+
+    def close(self) -> None:
+        """Unmap (and, for the creator, unlink) the segment. Idempotent."""
+        if self._shm is not None:
+            self.buf = None  # type: ignore[assignment]
+            self._shm.close()
+            try:
+                self._shm.unlink()
+            except FileNotFoundError:
+                pass
+            self._shm = None
+        elif self._mmap is not None:
+            self.buf.release()
+            self._mmap.close()
+            self._mmap = None
+
+
+class SlabPool:
+    """Free slabs of the parent, reused across calls; grows by powers of two."""
+
+    def __init__(self) -> None:
+        self._free: list[Slab] = []
+        self._all: list[Slab] = []
+
+    def acquire(self, size: int) -> Slab:
+        for i, slab in enumerate(self._free):
+            if slab.size >= size:
+                return self._free.pop(i)
+        cap = 1 << max(16, (size - 1).bit_length())
+        slab = Slab.create(cap)
+        self._all.append(slab)
+        return slab
+
+    def release(self, slab: Slab) -> None:
+        self._free.append(slab)
+
+    def discard(self, slab: Slab) -> None:
+        """Drop a slab that a dead or killed worker may have been writing."""
+        if slab in self._all:
+            self._all.remove(slab)
+        slab.close()
+
+    def close(self) -> None:
+        for slab in self._all:
+            slab.close()
+        self._all.clear()
+        self._free.clear()
+
+
+# ------------------------------------------------------------------ columns
+class ArrayWriter:
+    """Writes columns into a slab region; what does not fit or is not an array is returned for pickling."""
+
+    def __init__(self, slab: Slab | None, start: int = 0) -> None:
+        self.slab = slab
+        self.pos = start
+        self.layout: dict[str, tuple[int, str, tuple[int, ...]]] = {}
+        self.needed = start
+
+    def _reserve(self, nbytes: int) -> int | None:
+        off = -(-self.pos // _ALIGN) * _ALIGN
+        self.needed = off + nbytes
+        if self.slab is None or off + nbytes > self.slab.size:
+            return None
+        self.pos = off + nbytes
+        return off
+
+    def put_array(self, name: str, arr: np.ndarray) -> bool:
+        """Copy ``arr`` into the slab; False when it does not fit."""
+        off = self._reserve(arr.nbytes)
+        if off is None:
+            return False
+        self.slab.array(off, arr.dtype, arr.shape)[...] = arr  # type: ignore[union-attr]
+        self.layout[name] = (off, arr.dtype.str, arr.shape)
+        return True
+
+    def put_rows(self, name: str, rows: Sequence[Any]) -> bool:
+        """Stack ``rows`` (ndarrays of one shape and dtype) into the slab; False if not uniform or no room."""
+        if not rows:
+            return False
+        first = rows[0]
+        if not isinstance(first, np.ndarray) or first.dtype.hasobject:
+            return False
+        shape, dtype = first.shape, first.dtype
+        for r in rows:
+            if not (isinstance(r, np.ndarray) and r.shape == shape and r.dtype == dtype):
+                return False
+        off = self._reserve(first.nbytes * len(rows))
+        if off is None:
+            return False
+        out = self.slab.array(off, dtype, (len(rows),) + shape)  # type: ignore[union-attr]
+        for i, r in enumerate(rows):
+            out[i] = r
+        self.layout[name] = (off, dtype.str, (len(rows),) + shape)
+        return True
+
+
+def read_columns(slab: Slab | None, layout: dict[str, tuple[int, str, tuple[int, ...]]]) -> dict[str, np.ndarray]:
+    """Copy each column out of the slab (the slab is reused as soon as this returns)."""
+    out = {}
+    for name, (off, dtype, shape) in layout.items():
+        out[name] = slab.array(off, np.dtype(dtype), shape).copy()  # type: ignore[union-attr]
+    return out
+
+
+# ------------------------------------------------------------------ states as columns
+def pack_states(states: Sequence[State], w: ArrayWriter, prefix: str, with_obs: bool) -> dict[str, Any]:
+    """Split states into array columns (written to ``w``) and a picklable remainder."""
+    sims = [s.sim for s in states]
+    rest: dict[str, Any] = {
+        "kind": states[0].kind if states else "",
+        "extra": [s.extra for s in states],
+        "rng": [s.rng for s in states],
+        "wrappers": [s.wrappers for s in states],
+    }
+    if not w.put_rows(prefix + "sim", sims):
+        rest["sim"] = sims
+    if with_obs:
+        obs = [s.obs for s in states]
+        if not w.put_rows(prefix + "obs", obs):
+            rest["obs"] = obs
+    return rest
+
+
+def unpack_states(rest: dict[str, Any], cols: dict[str, np.ndarray], prefix: str, n: int) -> list[State]:
+    """Rebuild states from :func:`pack_states` output (array rows are views of ``cols``)."""
+    kind = rest["kind"]
+    sims = rest.get("sim")
+    if sims is None:
+        sims = list(cols[prefix + "sim"])
+    obs = rest.get("obs")
+    if obs is None:
+        obs = list(cols[prefix + "obs"]) if prefix + "obs" in cols else [None] * n
+    extra, rng, wrappers = rest["extra"], rest["rng"], rest["wrappers"]
+    new = State.__new__
+    out = []
+    for i in range(n):
+        s = new(State)
+        s.kind = kind
+        s.sim = sims[i]
+        s.extra = extra[i]
+        s.rng = rng[i]
+        s.wrappers = wrappers[i]
+        s.obs = obs[i]
+        out.append(s)
+    return out
+
+
+# ------------------------------------------------------------------ infos
+def pack_infos(infos: list[dict]) -> Any:
+    """Infos for the wire: None when all empty; numpy-scalar values as one array per key.
+
+    Unpickling thousands of numpy scalars (MuJoCo's infos hold several per
+    step) costs more than the step itself; as columns they cost one array each.
+    Values of any other type travel as they are, so the rebuilt dicts are equal
+    in value and type.
+    """
+    if not any(infos):
+        return None
+    keys = list(infos[0])
+    if any(list(i) != keys for i in infos):
+        return infos
+    cols: dict[str, Any] = {}
+    for k in keys:
+        vals = [i[k] for i in infos]
+        t = type(vals[0])
+        if issubclass(t, np.generic) and not issubclass(t, (np.object_, np.void, np.str_, np.bytes_)) and all(
+            type(v) is t for v in vals
+        ):
+            cols[k] = np.array(vals, dtype=t)
+        else:
+            cols[k] = vals
+    return ("cols", keys, cols)
+
+
+def unpack_infos(packed: Any, n: int) -> list[dict]:
+    """The list of dicts :func:`pack_infos` was given (fresh dicts)."""
+    if packed is None:
+        return [{} for _ in range(n)]
+    if isinstance(packed, list):
+        return packed
+    _, keys, cols = packed
+    per_key = [cols[k] if isinstance(cols[k], list) else list(cols[k]) for k in keys]
+    return [dict(zip(keys, vals)) for vals in zip(*per_key)]

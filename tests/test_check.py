@@ -1,0 +1,132 @@
+"""check_clonable and `plan-parallel check`: passes on the supported families, diagnoses broken adapters."""
+from __future__ import annotations
+
+import gymnasium as gym
+import pytest
+from gymnasium.wrappers import FrameStackObservation
+
+import plan_parallel as pp
+from plan_parallel.cli import main as cli_main
+from plan_parallel.state.families import ClassicControlAdapter, ToyTextAdapter
+
+
+def _framestack_cartpole():
+    return FrameStackObservation(gym.make("CartPole-v1"), 4)
+
+
+CLONABLE = [
+    ("CartPole-v1", {}),
+    ("Acrobot-v1", {}),
+    ("Pendulum-v1", {}),
+    ("MountainCar-v0", {}),
+    ("FrozenLake-v1", {"is_slippery": True}),
+    ("Taxi-v4", {"is_rainy": True, "fickle_passenger": True}),
+    ("Blackjack-v1", {}),
+    ("ALE/Pong-v5", {}),  # sticky actions on (repeat_action_probability=0.25)
+    ("Hopper-v5", {}),
+    ("Ant-v5", {}),
+    ("LunarLander-v3", {}),
+    ("MiniGrid-Empty-5x5-v0", {}),
+    (_framestack_cartpole, {}),
+]
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("env,kwargs", CLONABLE, ids=lambda v: v if isinstance(v, str) else getattr(v, "__name__", ""))
+def test_check_passes_on_supported_families(env, kwargs):
+    report = pp.check_clonable(env, steps=16, budget=600, **kwargs)
+    assert report.ok, str(report)
+    names = [c.name for c in report.checks]
+    assert "fresh process, never-reset env" in names and "fresh process, reset env" in names
+    assert all(c.ok for c in report.checks if c.name.startswith(("restore", "perturbed", "fresh"))), str(report)
+    assert report.state_bytes > 0 and report.step_us > 0
+    assert "CLONABLE" in str(report)
+
+
+class ForgetsTerminationCounter(ClassicControlAdapter):
+    """Broken on purpose: drops CartPole's steps_beyond_terminated."""
+
+    def get_sim(self):
+        sim, _ = super().get_sim()
+        return sim, None
+
+    def set_sim(self, sim, extra):
+        self.u.state = sim
+
+
+class ForgetsRng(ToyTextAdapter):
+    """Broken on purpose: never restores the RNG that slippery FrozenLake draws from."""
+
+    def restore(self, state):
+        self.set_sim(state.sim, state.extra)
+        self.wrappers.set(state.wrappers)
+
+
+class ForgetsTimeLimit(ClassicControlAdapter):
+    """Broken on purpose: leaves the TimeLimit counter where it was."""
+
+    def restore(self, state):
+        self.set_sim(state.sim, state.extra)
+
+
+@pytest.mark.timeout(120)
+def test_check_diagnoses_a_dropped_hidden_field():
+    report = pp.check_clonable("CartPole-v1", adapter=ForgetsTerminationCounter, fresh_process=False, budget=600)
+    assert not report.ok
+    fail = report.first_failure
+    assert fail is not None and fail.name == "termination", str(report)
+    assert "steps_beyond_terminated" in report.hint or "termination" in report.hint
+    assert "NOT CLONABLE" in str(report) and "diverged at step" in str(report)
+
+
+@pytest.mark.timeout(120)
+def test_check_diagnoses_a_missing_rng():
+    report = pp.check_clonable(
+        "FrozenLake-v1", adapter=ForgetsRng, fresh_process=False, is_slippery=True, steps=32, budget=600
+    )
+    assert not report.ok
+    fail = report.first_failure
+    assert fail.name == "restore" and fail.step is not None, str(report)
+    assert "RNG" in report.hint or "rng" in fail.detail, str(report)
+
+
+@pytest.mark.timeout(120)
+def test_check_diagnoses_a_missing_wrapper_counter():
+    report = pp.check_clonable("CartPole-v1", adapter=ForgetsTimeLimit, fresh_process=False, budget=600)
+    assert not report.ok
+    failed = {c.name for c in report.checks if c.ok is False}
+    assert "perturbed restore" in failed or "time limit" in failed, str(report)
+    assert "wrapper" in report.hint or "TimeLimit" in report.hint, str(report)
+
+
+def test_check_reports_unsupported_env_without_raising():
+    class Opaque(gym.Env):
+        observation_space = gym.spaces.Discrete(2)
+        action_space = gym.spaces.Discrete(2)
+
+        def __init__(self):
+            self.handle = open(__file__)  # noqa: SIM115 - an unpicklable field
+
+        def reset(self, *, seed=None, options=None):
+            super().reset(seed=seed)
+            return 0, {}
+
+        def step(self, a):
+            return 0, 0.0, False, False, {}
+
+        def close(self):
+            self.handle.close()
+
+    report = pp.check_clonable(Opaque, fresh_process=False)
+    assert not report.ok
+    assert "cannot capture the state" in report.error and "get_state" in report.error
+
+
+@pytest.mark.timeout(120)
+def test_cli_check_exit_codes(capsys):
+    assert cli_main(["check", "CartPole-v1", "--no-fresh-process", "--steps", "8"]) == 0
+    out = capsys.readouterr().out
+    assert "CartPole-v1: CLONABLE" in out
+    assert cli_main(["check", "FrozenLake-v1", "--kw", "is_slippery=True", "--no-fresh-process"]) == 0
+    assert cli_main(["check", "CartPole-v1", "--kw", "oops"]) == 2
+    assert "key=value" in capsys.readouterr().err
