@@ -27,6 +27,7 @@ import numpy as np
 
 from plan_parallel.env import PlanEnv
 from plan_parallel.errors import ClosedError, StateError, WorkerCrashedError, WorkerTimeoutError
+from plan_parallel.inputs import _check_kind as check_kind
 from plan_parallel.inputs import (
     StepBatch,
     check_action,
@@ -54,6 +55,20 @@ __all__ = ["BatchEnv", "BatchFuture", "split_by_cost"]
 CHUNK_SECONDS = 1e-3  # below this, a chunk's fixed cost is a large share of its time
 
 log = logging.getLogger("plan_parallel")
+
+
+def _describe(parts: list[_Part]) -> str:
+    """What a worker was running, for messages: ' during step_batch (12 items), set_state'."""
+    ops = [f"{p.call.op} ({p.hi - p.lo} items)" if p.hi else p.call.op for p in parts]
+    return f" during {', '.join(ops)}" if ops else " while idle"
+
+
+def _dumps(obj: Any) -> bytes:
+    """Pickle a call; an unpicklable state is the caller's error (StateError), raised before sending."""
+    try:
+        return pickle.dumps(obj, PROTOCOL)
+    except (pickle.PicklingError, TypeError, AttributeError) as e:
+        raise StateError(f"cannot send to a worker: the input does not pickle ({type(e).__name__}: {e})") from e
 
 
 def split_by_cost(dt: int | np.ndarray, n: int, w: int) -> list[tuple[int, int]]:
@@ -108,13 +123,14 @@ class BatchFuture:
     _finisher: Callable[["BatchFuture"], StepBatch] | None = None
     pending: deque = field(default_factory=deque)  # chunks (lo, hi) not sent yet
     _inputs: tuple = ()  # (actions, states, dt, actions-is-array) for encoding pending chunks
+    finished: bool = False  # value is set (it may be None: a state op returns nothing)
 
     def done(self) -> bool:
         """True when the result (or an error) is ready; never blocks."""
-        if self.value is None and self.error is None:
+        if not self.finished and self.error is None:
             self.env._pump(0.0)
             self._try_finish()
-        return self.value is not None or self.error is not None
+        return self.finished or self.error is not None
 
     def result(self, timeout: float | None = None) -> StepBatch:
         """The :class:`StepBatch`, waiting up to ``timeout`` seconds (None: as long as it takes).
@@ -129,24 +145,29 @@ class BatchFuture:
             self._try_finish()
             if self.error is not None:
                 raise self.error
-            if self.value is not None:
-                return self.value
+            if self.finished:
+                return self.value  # type: ignore[return-value]
             left = None if deadline is None else deadline - time.monotonic()
             if left is not None and left <= 0:
                 raise TimeoutError(f"the batch of {self.n} items is not done after {timeout} s; it is still running")
             self.env._pump(left)
 
     def _try_finish(self) -> None:
-        if self.value is not None or self.error is not None:
+        if self.finished or self.error is not None:
             return
         if not self.pending and all(p.reply is not None for p in self.parts):
             try:
                 self.value = self._finisher(self) if self._finisher else None
+                self.finished = True
             except BaseException as e:  # noqa: BLE001 - kept for result() to raise
                 self.error = e
 
+    def _set(self, value: Any) -> None:
+        self.value = value
+        self.finished = True
+
     def _fail(self, error: BaseException) -> None:
-        if self.value is None and self.error is None:
+        if not self.finished and self.error is None:
             self.error = error
         self.pending.clear()  # chunks not sent yet are dropped with the batch
 
@@ -262,16 +283,18 @@ class BatchEnv:
         self._rtt_s = float(np.median(times))
 
     def _send(self, part: _Part) -> None:
+        """Queue ``part`` on its worker. Pickled first: a part that cannot be sent is never registered."""
         w = self._workers[part.worker]
+        data = _dumps(part.call)
         part.sent_at = time.monotonic()
         part.reply = None
         if part.holds is not None:
-            self._held[part.worker] = part.holds
+            self._held[part.worker] = part.holds  # optimistic; undone if the worker rejects it
         elif part.call.op == "reset":
             self._held[part.worker] = None
         self._inflight[part.worker].append(part)
         try:
-            w.send(part.call)
+            w.send_bytes(data)
         except OSError:
             pass  # the worker is dead: the next pump sees its sentinel and sends this part again
 
@@ -365,6 +388,8 @@ class BatchEnv:
     def _deliver(self, part: _Part) -> None:
         fut = part.future
         if part.reply is not None and part.reply.error is not None:
+            if part.holds is not None and self._held[part.worker] is part.holds:
+                self._held[part.worker] = None  # it rejected the state: it holds nothing known
             w = self._workers[part.worker]
             fut._fail(reraise(part.reply.error, f"raised in worker {part.worker} (pid {w.pid}) during {part.call.op}",
                               part.lo))
@@ -378,30 +403,50 @@ class BatchEnv:
             self._pool.release(part.slab)
             part.slab = None
 
-    def _replace(self, i: int, why: str) -> None:
-        """Start a new worker ``i`` after a death or a kill; bounded by max_restarts."""
+    def _replace(self, i: int, why: str, pending: list[_Part]) -> None:
+        """Start a new worker ``i`` after a death or a kill; bounded by max_restarts.
+
+        Past the bound (or when the replacement cannot start) the env is broken:
+        every batch in flight or queued fails with :class:`WorkerCrashedError`
+        naming the worker, how it ended and what it was running.
+        """
         old = self._workers[i]
         used = self.stats["restarts"]
         if used >= self.max_restarts:
-            ops = ", ".join(f"{p.call.op} ({p.hi - p.lo} items)" if p.hi else p.call.op for p in self._inflight[i])
-            msg = (f"worker {i} (pid {old.pid}) {why}" + (f" during {ops}" if ops else "")
-                   + f"; {used} restarts used of {self.max_restarts}")
-            self._broken = msg
-            for q in self._inflight:
-                for p in q:
-                    self._discard(p)
-                    p.future._fail(WorkerCrashedError(msg))
-                q.clear()
-            raise WorkerCrashedError(msg)
+            self._break(f"worker {i} (pid {old.pid}) {why}{_describe(pending)}; "
+                        f"{used} restarts used of {self.max_restarts}", pending)
         self.stats["restarts"] += 1
-        log.warning("plan_parallel: worker %d (pid %s) %s; starting a replacement (%d of %d restarts)",
-                    i, old.pid, why, used + 1, self.max_restarts)
+        log.warning("plan_parallel: worker %d (pid %s) %s%s; starting a replacement (%d of %d restarts)",
+                    i, old.pid, why, _describe(pending), used + 1, self.max_restarts)
         old.close(0.0)
-        new = ExternalProcess(i, self._blob, self.context)
-        self._workers[i] = new
-        new.wait_ready()
-        self._held[i] = None
         self._poll = None  # new fds
+        self._held[i] = None
+        try:
+            new = ExternalProcess(i, self._blob, self.context)
+            self._workers[i] = new
+            new.wait_ready()
+        except BaseException as e:  # noqa: BLE001 - the env cannot go on without worker i
+            self._break(f"worker {i} (pid {old.pid}) {why}{_describe(pending)}, and its replacement "
+                        f"failed to start: {type(e).__name__}: {e}", pending, cause=e)
+
+    def _break(self, msg: str, pending: list[_Part], cause: BaseException | None = None) -> None:
+        """Mark the env broken and fail every batch in flight or queued. Always raises."""
+        self._broken = msg
+        err = WorkerCrashedError(msg)
+        if cause is not None:
+            err.__cause__ = cause
+        for p in pending:
+            self._discard(p)
+            p.future._fail(err)
+        for q in self._inflight:
+            for p in q:
+                self._discard(p)
+                p.future._fail(err)
+            q.clear()
+        for fut in self._futures:
+            fut._fail(err)
+        self._futures.clear()
+        raise err
 
     def _discard(self, part: _Part) -> None:
         if part.slab is not None:
@@ -411,11 +456,8 @@ class BatchEnv:
     def _on_death(self, i: int, how: str) -> None:
         pending = list(self._inflight[i])
         self._inflight[i].clear()
-        self._replace(i, f"died with {how}")
-        for part in pending:
-            if part.needs is not None:
-                self._ensure_holds(i, part.needs)
-            self._send(part)
+        self._replace(i, f"died with {how}", pending)
+        self._resend(i, pending)
 
     def _on_timeout(self, i: int) -> None:
         pending = list(self._inflight[i])
@@ -430,22 +472,28 @@ class BatchEnv:
             + f" within {self.timeout} s; it was killed and replaced"
         )
         head.future._fail(err)
-        self._replace(i, f"timed out after {self.timeout} s")
-        for part in pending:
-            if part.future.error is None:
-                if part.needs is not None:
-                    self._ensure_holds(i, part.needs)
-                self._send(part)
-            else:
-                self._discard(part)
+        self._replace(i, f"timed out after {self.timeout} s", pending)
+        self._resend(i, pending)
 
-    def _ensure_holds(self, i: int, state: State) -> None:
-        """Queue a set_state on worker ``i`` unless what was sent to it already leaves it at ``state``."""
+    def _resend(self, i: int, pending: list[_Part]) -> None:
+        """Send a replaced worker the parts its predecessor had not answered, with the states they need."""
+        for part in pending:
+            if part.future.error is not None:
+                self._discard(part)
+                continue
+            if part.needs is not None:
+                self._ensure_holds(i, part.needs, part.future)
+            self._send(part)
+
+    def _ensure_holds(self, i: int, state: State, fut: BatchFuture) -> None:
+        """Queue a set_state on worker ``i`` unless what was sent to it already leaves it at ``state``.
+
+        The set_state is a part of ``fut``: if the worker rejects the state or
+        times out, that batch fails with the error.
+        """
         if self._held[i] is not state:
-            blob = pickle.dumps(state, PROTOCOL)
-            part = _Part(Call(self._next_id(), "set_state", (blob,)), i, 0, 0, BatchFuture(self, 0), holds=state)
-            part.future.parts.append(part)
-            part.future._finisher = lambda f: None
+            part = _Part(Call(self._next_id(), "set_state", (_dumps(state),)), i, 0, 0, fut, holds=state)
+            fut.parts.append(part)
             self._send(part)
 
     def _current(self) -> State:
@@ -482,7 +530,7 @@ class BatchEnv:
             StateError: ``state`` belongs to another env or is malformed.
         """
         self._check_open()
-        check_states([state], self.kind, 1, None)
+        check_kind(state, self.kind)
         self._set_current(state, holder=None)
 
     def sync_states(self, state: State) -> None:
@@ -492,14 +540,14 @@ class BatchEnv:
             StateError: ``state`` belongs to another env, or a worker rejects it.
         """
         self._check_open()
-        check_states([state], self.kind, 1, None)
-        blob = pickle.dumps(state, PROTOCOL)
+        check_kind(state, self.kind)
+        blob = _dumps(state)
         fut = BatchFuture(self, 0)
+        fut._finisher = lambda f: None
         for i in range(self._n):
             part = _Part(Call(self._next_id(), "set_state", (blob,)), i, 0, 0, fut, holds=state)
             fut.parts.append(part)
             self._send(part)
-        fut._finisher = lambda f: None
         fut.result()
         self._set_current(state, holder=None)
 
@@ -519,13 +567,15 @@ class BatchEnv:
         if not isinstance(dt, int):
             raise TypeError(f"step takes one integer dt >= 1, got {dt!r}")
         action = check_action(self.action_space, action)
-        start = state if state is not None else self._current()
         if state is not None:
-            check_states([state], self.kind, 1, None)
+            check_kind(state, self.kind)
+        start = state if state is not None else self._current()
         b = self.step_batch([action], [start], dt)
         s = b.states[0]
         self._set_current(s, holder=None)
-        return s, b.observations[0], float(b.rewards[0]), bool(b.terminations[0]), bool(b.truncations[0]), b.infos[0]
+        # The env's own observation value, as inline returns it (any space); the state keeps its copy.
+        obs = s.obs.copy() if isinstance(s.obs, np.ndarray) else s.obs
+        return s, obs, float(b.rewards[0]), bool(b.terminations[0]), bool(b.truncations[0]), b.infos[0]
 
     def step_batch(self, actions: Any, states: Sequence[State] | None = None, dt: Any = 1) -> StepBatch:
         """Run N (state, action, dt) items across the workers; results in input order.
@@ -550,18 +600,30 @@ class BatchEnv:
         else:
             n = len(states) if hasattr(states, "__len__") else -1
             actions = check_actions(self.action_space, actions, n if n >= 0 else None)
-            states = check_states(states, self.kind, len(actions), None)
+            states = list(check_states(states, self.kind, len(actions), None))  # any sequence; a copy
         dt = check_dt(dt, n)
+        # The batch owns its inputs: the caller may reuse its arrays while chunks wait to be sent.
+        actions = actions.copy() if isinstance(actions, np.ndarray) else list(actions)
+        if isinstance(dt, np.ndarray):
+            dt = dt.copy()
         fut = BatchFuture(self, n, started=time.perf_counter())
         if n == 0:
+            self.stats["batches"] += 1  # counted as inline counts it
             empty = np.empty(0)
-            fut.value = StepBatch([], stack_observations(self.observation_space, []), empty.astype(np.float64),
-                                  empty.astype(bool), empty.astype(bool), [])
+            fut._set(StepBatch([], stack_observations(self.observation_space, []), empty.astype(np.float64),
+                               empty.astype(bool), empty.astype(bool), []))
             return fut
         if self._run_here(n, dt):
-            fut.value = self._run_local(actions, states, dt)
+            fut._set(self._run_local(actions, states, dt))
             return fut
-        self._dispatch(fut, actions, states, dt)
+        try:
+            self._dispatch(fut, actions, states, dt)
+        except BaseException as e:
+            # Nothing of this batch may leak into the next one: drop its unsent chunks.
+            fut._fail(e)
+            if fut in self._futures:
+                self._futures.remove(fut)
+            raise
         return fut
 
     # ------------------------------------------------------------------ dispatch
@@ -616,7 +678,7 @@ class BatchEnv:
         lo, hi = fut.pending.popleft()
         actions, states, dt, act_arr, needs = fut._inputs
         if needs is not None:
-            self._ensure_holds(wi, needs)
+            self._ensure_holds(wi, needs, fut)
         req, slab = self._encode(actions, states, dt, lo, hi, act_arr)
         cost = dt * (hi - lo) if isinstance(dt, int) else int(np.sum(dt[lo:hi]))
         part = _Part(Call(self._next_id(), "step_batch", (req,)), wi, lo, hi, fut, slab, cost=cost, needs=needs)
@@ -674,7 +736,8 @@ class BatchEnv:
         truncs = np.empty(n, dtype=bool)
         infos: list = []
         env_s = 0.0
-        for part in sorted(fut.parts, key=lambda p: p.lo):
+        chunks = sorted((p for p in fut.parts if p.call.op == "step_batch"), key=lambda p: p.lo)
+        for part in chunks:
             rep = part.reply.value  # type: ignore[union-attr]
             env_s = max(env_s, part.reply.env_seconds)  # type: ignore[union-attr]
             lo, hi, m = part.lo, part.hi, part.hi - part.lo
@@ -705,7 +768,10 @@ class BatchEnv:
                 info["n_steps"] = k
             infos.extend(part_infos)
         if obs_arr is not None:
-            for s, o in zip(states, obs_arr):
+            # The states keep their own rows: the caller may change the returned array in place.
+            kept = obs_arr.copy()
+            kept.flags.writeable = False
+            for s, o in zip(states, kept):
                 s.obs = o
             observations = obs_arr
             want = getattr(self.observation_space, "dtype", None)

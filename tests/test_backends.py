@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 import plan_parallel as pp
 from plan_parallel.errors import ClosedError, StateError
 from plan_parallel.state import State
-from tests.deadline import Hang, call_with_deadline
+from tests.deadline import call_with_deadline
 from tests.envs import CounterEnv, DictObsEnv, FaultyEnv
 from tests.envs_faults import SlowEnv
 from tests.helpers import assert_batches_equal, assert_tree_equal, sample_actions
@@ -237,17 +237,9 @@ def test_set_state_then_batches_from_it(pair: tuple) -> None:
         assert_step_equal(env.step(1), oracle.step(1))
 
 
-SYNC_BUG = (
-    "BUG batch.py BatchEnv.sync_states never returns when every worker succeeds: its BatchFuture's finisher "
-    "returns None, and BatchFuture uses `value is None` for 'not done', so result() loops forever "
-    "(_try_finish sets value=None again, _pump returns at once: a 100% CPU busy loop that no timeout bounds)"
-)
-
 
 def test_sync_states(pair: tuple, request: pytest.FixtureRequest) -> None:
     env, oracle = pair
-    if env.backend == "process":
-        request.applymarker(pytest.mark.xfail(strict=True, raises=Hang, reason=SYNC_BUG))
     target = oracle.step(1, dt=7)[0]
     call_with_deadline(lambda: env.sync_states(target), 3.0, "sync_states")
     oracle.sync_states(target)
@@ -304,14 +296,7 @@ def test_stats_count_items_and_batches(pair: tuple) -> None:
         assert len(env.stats["busy_seconds"]) == env.n_workers
 
 
-EMPTY_STATS_BUG = (
-    "BUG stats diverge for an empty batch: PlanEnv.step_batch runs _run on 0 items (batches += 1), "
-    "BatchEnv.step_batch_async returns before counting (batches += 0). Either count empty batches in "
-    "BatchEnv or skip _run for n == 0 in PlanEnv"
-)
 
-
-@pytest.mark.xfail(strict=True, reason=EMPTY_STATS_BUG)
 def test_stats_count_an_empty_batch_alike(shared_envs: Make) -> None:
     deltas = []
     for backend in BACKENDS:
@@ -354,16 +339,11 @@ def test_real_env_batches_identical_to_inline(shared_envs: Make, key: str, backe
     assert env.get_state() == pool[1]
 
 
-DICT_STEP_BUG = (
-    "BUG batch.py BatchEnv.step: returns b.observations[0], but for a Dict observation space "
-    "observations is a dict of stacked arrays, so indexing it with 0 raises KeyError"
-)
-
 
 @pytest.mark.parametrize(
     "key,backend",
     [
-        pytest.param(k, b, marks=pytest.mark.xfail(strict=True, raises=KeyError, reason=DICT_STEP_BUG))
+        pytest.param(k, b)
         if (k, b) == ("dict-obs", "process")
         else (k, b)
         for k in REAL_ENVS
@@ -507,15 +487,7 @@ def test_result_timeout_then_result() -> None:
         assert env.stats["timeouts"] == 0 and env.stats["restarts"] == 0
 
 
-ALIAS_BUG = (
-    "BUG batch.py step_batch_async/_dispatch/_feed_one: the caller's actions, dt and states objects are kept "
-    "(check_actions/check_dt return the caller's int64 arrays as they are) and chunks beyond the first two per "
-    "worker are encoded lazily in _feed_one, so changing the caller's buffers after submitting changes the "
-    "result of a batch already submitted"
-)
 
-
-@pytest.mark.xfail(strict=True, reason=ALIAS_BUG)
 @pytest.mark.timeout(60)
 def test_async_inputs_are_taken_at_submit_time() -> None:
     """A planner reuses its buffers: what it passed to step_batch_async is what runs."""
@@ -538,17 +510,9 @@ def test_async_inputs_are_taken_at_submit_time() -> None:
 
 
 # =========================================================================== inputs
-OBS_ALIAS_BUG = (
-    "BUG batch.py BatchEnv._finish: each returned state's obs is a row view of the returned observations "
-    "array (`s.obs = o` for o in obs_arr), so changing batch.observations in place changes batch.states; "
-    "inline stacks a copy"
-)
-
 
 def test_states_survive_changes_to_the_returned_observations(pair: tuple, request: pytest.FixtureRequest) -> None:
     env, oracle = pair
-    if env.backend == "process":
-        request.applymarker(pytest.mark.xfail(strict=True, reason=OBS_ALIAS_BUG))
     acts = np.array([0, 1, 2, 1])
     got, ref = env.step_batch(acts, dt=2), oracle.step_batch(acts, dt=2)
     got.observations[:] = -1.0  # e.g. normalising in place
@@ -557,17 +521,8 @@ def test_states_survive_changes_to_the_returned_observations(pair: tuple, reques
         assert a == b
 
 
-DEQUE_BUG = (
-    "BUG batch.py BatchEnv._encode slices `states[lo:hi]`, which fails for sequences without slicing "
-    "(collections.deque) that inline accepts; and _dispatch registers the future in self._futures before "
-    "encoding, so its unsent chunks stay queued and _feed re-raises the TypeError inside the next, "
-    "unrelated batch"
-)
-
 
 def test_states_as_any_sequence(backend: str, request: pytest.FixtureRequest) -> None:
-    if backend == "process":
-        request.applymarker(pytest.mark.xfail(strict=True, reason=DEQUE_BUG))
     # A fresh env: the bug leaves the env unusable for the next batch.
     with make_fresh("counter", backend) as env, pp.make(CounterEnv, backend="inline", horizon=30) as oracle:
         s = env.reset(seed=0)[0]
@@ -633,14 +588,7 @@ def test_bad_input_fails_before_anything_is_sent(shared_envs: Make, pair: tuple,
     assert_batches_equal(env.step_batch(acts, dt=2), oracle.step_batch(acts, dt=2))
 
 
-SINGLE_STATE_MESSAGE_BUG = (
-    "BUG batch.py BatchEnv.step/set_state/sync_states check their one state with "
-    "check_states([state], kind, 1, None), so the process backend's message reads 'states[0]: ...' as if "
-    "a batch were given, unlike inline ('state of kind ... cannot restore ...'). Use inputs._check_kind(state, kind)"
-)
 
-
-@pytest.mark.xfail(strict=True, reason=SINGLE_STATE_MESSAGE_BUG)
 @pytest.mark.parametrize("which", ["step-alien", "set-alien", "set-junk", "sync-alien"])
 def test_single_state_errors_read_like_inline(shared_envs: Make, which: str) -> None:
     env, oracle = shared_envs("counter", "process"), shared_envs("counter", "oracle")
@@ -653,16 +601,7 @@ def test_single_state_errors_read_like_inline(shared_envs: Make, which: str) -> 
     assert_same_outcome(got, ref)
 
 
-UNPICKLABLE_STATE_BUG = (
-    "BUG batch.py BatchEnv._send: appends the part to self._inflight (and updates _held) before "
-    "w.send() pickles the call, so a state that does not pickle raises TypeError after the part is "
-    "registered: the next batch fails with `AssertionError: reply N for call M: pipe out of order` and the "
-    "half-dispatched future left in self._futures re-raises the TypeError in later batches. Expected a "
-    "StateError before anything is sent, and a usable env"
-)
 
-
-@pytest.mark.xfail(strict=True, reason=UNPICKLABLE_STATE_BUG)
 def test_unpicklable_state_is_rejected_before_sending() -> None:
     kw = dict(fault="unpicklable", phase="get_state", trigger_action=2, horizon=100)
     with pp.make(FaultyEnv, n_workers=2, small_batch_inline=False, **kw) as env, pp.make(

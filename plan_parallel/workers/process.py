@@ -92,7 +92,13 @@ class ExternalProcess:
                     try:
                         reply = self.conn.recv()
                     except (EOFError, OSError):
-                        break
+                        # The pipe closed without a reply: the process died (or is dying) while building.
+                        self.process.join(1.0)
+                        how = self.dead() or "its pipe closed"
+                        self.kill()
+                        raise WorkerCrashedError(
+                            f"worker {self.index} (pid {self.pid}) died with {how} while building its env"
+                        ) from None
                     if reply.error is not None:
                         self.close(1.0)
                         raise reraise(reply.error, f"worker {self.index} (pid {self.pid}) building the env")
@@ -205,7 +211,7 @@ class _Server:
 
 
 SPIN_SECONDS = 300e-6  # the parent, waiting for replies
-WORKER_SPIN_SECONDS = 10e-3  # a worker, waiting for its next call
+WORKER_SPIN_SECONDS = 2e-3  # a worker, waiting for its next call
 _yield = getattr(os, "sched_yield", lambda: time.sleep(0))
 
 
