@@ -215,34 +215,18 @@ def test_empty_batch(counter):
     assert counter.get_state() == s0
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=TypeError,
-    reason="BUG: inputs.check_actions rejects an empty list for a Discrete space: np.asarray([]) is "
-    "float64, so `actions for Discrete(3) must be integers, got dtype float64`",
-)
 def test_empty_batch_discrete_actions_from_a_plain_list(counter):
     counter.reset(seed=0)
     batch = counter.step_batch([], states=[])
     assert batch.rewards.shape == (0,)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=TypeError,
-    reason="BUG: inputs.check_dt rejects dt=[] for an empty batch: np.asarray([]) is float64",
-)
 def test_empty_batch_dt_from_a_plain_list(counter):
     counter.reset(seed=0)
     batch = counter.step_batch(np.empty(0, dtype=np.int64), states=[], dt=[])
     assert batch.rewards.shape == (0,)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=ValueError,
-    reason="BUG: inputs.check_actions: an empty list for a Box space has shape (0,), not (0, *shape)",
-)
 def test_empty_batch_box_actions_from_a_plain_list(make_inline):
     env = make_inline("Pendulum-v1")
     env.reset(seed=0)

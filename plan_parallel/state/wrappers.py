@@ -52,6 +52,16 @@ STATELESS_WRAPPERS = frozenset(
 )
 
 
+# Wrappers known to draw from the env's np_random inside step (StickyAction's repeat
+# draw; Autoreset's reset). A wrapper plan_parallel does not know is assumed to draw.
+RNG_DRAWING_WRAPPERS = frozenset({"StickyAction", "Autoreset"})
+_NON_DRAWING_WRAPPERS = frozenset(
+    {"TimeLimit", "OrderEnforcing", "PassiveEnvChecker", "FrameStackObservation", "RecordEpisodeStatistics",
+     "AtariPreprocessing", "TimeAwareObservation", "DelayObservation", "NormalizeObservation",
+     "NormalizeReward", "MaxAndSkipObservation"}
+) | STATELESS_WRAPPERS
+
+
 def register_wrapper(name_or_class: str | type, get: Getter, set: Setter) -> None:  # noqa: A002
     """Teach the wrapper walk how to capture a wrapper class's state.
 
@@ -101,15 +111,13 @@ def _frame_stack_set(w: Any, v: Any) -> None:
 
 
 def _episode_stats_get(w: Any) -> Any:
-    return (
-        w.episode_count, w.episode_start_time, w.episode_returns, w.episode_lengths,
-        tuple(w.time_queue), tuple(w.return_queue), tuple(w.length_queue),
-    )
+    # Not the wall-clock fields (episode_start_time, time_queue): they are not part of
+    # what a step computes from, and capturing them would make equal states differ.
+    return (w.episode_count, w.episode_returns, w.episode_lengths, tuple(w.return_queue), tuple(w.length_queue))
 
 
 def _episode_stats_set(w: Any, v: Any) -> None:
-    (w.episode_count, w.episode_start_time, w.episode_returns, w.episode_lengths, tq, rq, lq) = v
-    w.time_queue = deque(tq, maxlen=w.time_queue.maxlen)
+    (w.episode_count, w.episode_returns, w.episode_lengths, rq, lq) = v
     w.return_queue = deque(rq, maxlen=w.return_queue.maxlen)
     w.length_queue = deque(lq, maxlen=w.length_queue.maxlen)
 
@@ -204,6 +212,9 @@ class WrapperStack:
                 bound.append((e, codec[0], codec[1]))
             e = e.env
         self.names = tuple(names)
+        # Does some wrapper's step draw from the env's RNG? Then the RNG must be captured
+        # with every state even when the env's own step draws none.
+        self.draws_rng = any(n in RNG_DRAWING_WRAPPERS or n not in _NON_DRAWING_WRAPPERS for n in names)
         self._primed = not self._primers
         self._compile(bound)
 
