@@ -18,7 +18,7 @@ from plan_parallel.errors import (
     WorkerTimeoutError,
 )
 from plan_parallel.state import State, get_state, set_state
-from plan_parallel.inputs import StepBatch
+from plan_parallel.inputs import RolloutBatch, StepBatch
 from plan_parallel.env import PlanEnv
 from plan_parallel.factory import EnvFactory
 
@@ -31,6 +31,7 @@ __all__ = [
     "EnvFactory",
     "State",
     "StepBatch",
+    "RolloutBatch",
     "get_state",
     "set_state",
     "PlanParallelError",

@@ -13,72 +13,21 @@ import numpy as np
 from plan_parallel.errors import ClosedError, StateError
 from plan_parallel.factory import EnvFactory
 from plan_parallel.inputs import (
+    RolloutBatch,
     StepBatch,
     check_action,
     check_actions,
     check_dt,
+    check_rollout,
     check_seed,
+    check_seeds,
     check_states,
     stack_observations,
 )
+from plan_parallel.loops import Policy, RolloutParts, UniformPolicy, run_items, run_rollouts, to_rollout_batch
 from plan_parallel.state import Adapter, State, bind
 
-__all__ = ["EnvFactory", "PlanEnv", "run_items"]  # EnvFactory re-exported
-
-
-def run_items(
-    adapter: Adapter,
-    step: Callable[[Any], tuple],
-    states: Sequence[State],
-    actions: Any,
-    dt: int | np.ndarray,
-) -> tuple[list, list, list, list, list, list]:
-    """Run N (state, action, dt) items on one env: the work of ``step_batch``.
-
-    Item i restores ``states[i]``, applies ``actions[i]`` ``dt[i]`` times, sums
-    the rewards (as Python floats, in step order) and stops early at terminated
-    or truncated. Returns plain lists ``(states, observations, rewards,
-    terminations, truncations, infos)``; the caller stacks them.
-    """
-    restore, capture = adapter.restore, adapter.capture
-    n = len(states)
-    out_states: list = [None] * n
-    out_obs: list = [None] * n
-    rewards: list = [0.0] * n
-    terms: list = [False] * n
-    truncs: list = [False] * n
-    infos: list = [None] * n
-    scalar_dt = isinstance(dt, int)
-    i = 0
-    try:
-        for i in range(n):
-            restore(states[i])
-            a = actions[i]
-            k = dt if scalar_dt else int(dt[i])
-            if k == 1:
-                obs, r, term, trunc, info = step(a)
-                total = float(r)
-                taken = 1
-            else:
-                total = 0.0
-                taken = 0
-                while True:
-                    obs, r, term, trunc, info = step(a)
-                    total += float(r)
-                    taken += 1
-                    if term or trunc or taken == k:
-                        break
-            out_obs[i] = obs
-            rewards[i] = total
-            terms[i] = bool(term)
-            truncs[i] = bool(trunc)
-            infos[i] = {**info, "n_steps": taken}  # the env may reuse its info dict
-            out_states[i] = capture(None, obs)
-    except Exception as e:
-        # Which item failed, for the note the caller adds (worker and item).
-        e._pp_item = i  # type: ignore[attr-defined]
-        raise
-    return out_states, out_obs, rewards, terms, truncs, infos
+__all__ = ["EnvFactory", "PlanEnv", "run_items", "run_rollouts"]  # EnvFactory, run_* re-exported
 
 
 class PlanEnv:
@@ -111,6 +60,7 @@ class PlanEnv:
         self._step = self._adapter.make_step()
         self._state: State | None = None
         self._live_is_current = False  # does the live env hold self._state?
+        self._uniform: UniformPolicy | None = None
         self.observation_space = self._env.observation_space
         self.action_space = self._env.action_space
         self.stats = {"items": 0, "batches": 0, "env_seconds": 0.0}
@@ -191,35 +141,57 @@ class PlanEnv:
         self._live_is_current = True
         return s, batch[1][0], batch[2][0], batch[3][0], batch[4][0], batch[5][0]
 
-    def _run(self, states: Sequence[State], actions: Any, dt: int | np.ndarray) -> tuple:
+    def _timed(self, n: int, loop: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """Run ``loop(adapter, step, *args, **kwargs)`` over ``n`` items, counting it in :attr:`stats`."""
         t0 = time.perf_counter()
         self._live_is_current = False
-        out = run_items(self._adapter, self._step, states, actions, dt)
+        out = loop(self._adapter, self._step, *args, **kwargs)
         self.stats["env_seconds"] += time.perf_counter() - t0
-        self.stats["items"] += len(states)
+        self.stats["items"] += n
         self.stats["batches"] += 1
         return out
 
-    def run_raw(self, states: Sequence[State] | None, actions: Any, dt: int | np.ndarray) -> tuple:
+    def _run(
+        self, states: Sequence[State], actions: Any, dt: int | np.ndarray, seeds: np.ndarray | None = None
+    ) -> tuple:
+        return self._timed(len(states), run_items, states, actions, dt, seeds)
+
+    def run_raw(
+        self, states: Sequence[State] | None, actions: Any, dt: int | np.ndarray, seeds: np.ndarray | None = None
+    ) -> tuple:
         """Run already-checked items (``states=None``: from the current state); plain lists back.
 
         The work of a worker: inputs were checked by the caller before sending.
+        See :func:`~plan_parallel.loops.run_items`.
         """
         self._check_open()
         if states is None:
             states = [self._current()] * len(actions)
-        return self._run(states, actions, dt)
+        return self._run(states, actions, dt, seeds)
 
-    def step_batch(self, actions: Any, states: Sequence[State] | None = None, dt: Any = 1) -> StepBatch:
+    def step_batch(
+        self, actions: Any, states: Sequence[State] | None = None, dt: Any = 1, *, seeds: Any = None
+    ) -> StepBatch:
         """Run N (state, action, dt) items; the current state is left as it was.
 
         Item i restores ``states[i]`` (the current state when ``states`` is None),
         applies ``actions[i]`` ``dt[i]`` times, sums the rewards, and stops early
         at terminated or truncated.
 
+        Args:
+            actions: N actions.
+            states: N states, or None (every item starts from the current state).
+            dt: an int >= 1, or N ints >= 1.
+            seeds: None (each item keeps its state's own RNG: fully deterministic),
+                or N ints >= 0: item i's env RNG is reseeded from ``seeds[i]`` after
+                its state is restored, so the same (state, action, seed) gives the
+                same outcome and different seeds sample different outcomes of a
+                stochastic env. The returned states hold the reseeded RNG.
+
         Raises:
-            ValueError/TypeError: mismatched lengths, bad dt, actions outside the space.
-            StateError: a state of another env, or no current state when ``states`` is None.
+            ValueError/TypeError: mismatched lengths, bad dt or seeds, actions outside the space.
+            StateError: a state of another env, no current state when ``states`` is
+                None, or seeds for an env whose RNG cannot be reseeded (action replay).
         """
         self._check_open()
         if states is None:
@@ -232,7 +204,8 @@ class PlanEnv:
             actions = check_actions(self.action_space, actions, n if n >= 0 else None)
             states = check_states(states, self._adapter.kind, len(actions), self._adapter.validate)
         dt = check_dt(dt, n)
-        out_states, obs, rewards, terms, truncs, infos = self._run(states, actions, dt)
+        seeds = check_seeds(seeds, n, self._adapter.reseedable)
+        out_states, obs, rewards, terms, truncs, infos = self._run(states, actions, dt, seeds)
         return StepBatch(
             out_states,
             stack_observations(self.observation_space, obs),
@@ -241,6 +214,114 @@ class PlanEnv:
             np.array(truncs, dtype=bool),
             infos,
         )
+
+    @property
+    def reseedable(self) -> bool:
+        """Whether per-item ``seeds`` can reseed this env's RNG (False for action-replay envs)."""
+        return self._adapter.reseedable
+
+    def uniform_policy(self) -> UniformPolicy:
+        """The policy of ``rollout_batch(actions=None, policy=None)``: uniform random actions.
+
+        Raises:
+            TypeError/ValueError: the action space has no uniform sampler (see
+                :class:`~plan_parallel.loops.UniformPolicy`).
+        """
+        if self._uniform is None:
+            self._uniform = UniformPolicy(self.action_space)
+        return self._uniform
+
+    def rollout_raw(
+        self,
+        states: Sequence[State] | None,
+        actions: Any,
+        dt: int | np.ndarray,
+        horizon: int,
+        *,
+        policy: Policy | None = None,
+        seeds: np.ndarray | None = None,
+        first_index: int = 0,
+        return_all: bool = False,
+    ) -> RolloutParts:
+        """Roll out already-checked items (``states=None``: N = len(seeds or actions) copies of the current state).
+
+        The work of a worker: inputs were checked by the caller before sending.
+        With ``actions`` and ``policy`` both None, uniform random actions are
+        drawn. See :func:`~plan_parallel.loops.run_rollouts` for the arguments.
+        """
+        self._check_open()
+        if states is None:
+            assert actions is not None or seeds is not None, "states=None needs actions or seeds to fix N"
+            states = [self._current()] * (len(actions) if actions is not None else len(seeds))  # type: ignore[arg-type]
+        if actions is None and policy is None:
+            policy = self.uniform_policy()
+        return self._timed(len(states), run_rollouts, states, actions, dt, horizon, policy=policy, seeds=seeds,
+                           first_index=first_index, return_all=return_all)
+
+    def rollout_batch(
+        self,
+        states: Sequence[State] | None,
+        actions: Any = None,
+        dt: Any = 1,
+        *,
+        horizon: int | None = None,
+        policy: Policy | None = None,
+        seeds: Any = None,
+        return_all: bool = False,
+    ) -> RolloutBatch:
+        """Roll out N action sequences of T steps each; the current state is left as it was.
+
+        Item i restores ``states[i]`` (the current state when ``states`` is None)
+        and runs T steps; step t applies its action ``dt[i]`` times, exactly as a
+        ``step_batch`` item does, so a rollout equals T chained ``step_batch``
+        calls. An item stops after the first step that terminates or truncates
+        (its later rewards are 0.0).
+
+        Args:
+            states: N start states, or None: every item starts from the current
+                state, and N is ``len(actions)``, else ``len(seeds)``.
+            actions: shape ``(N, T, *action_shape)``; or None: ``policy`` acts for
+                ``horizon`` steps (uniform random actions when ``policy`` is None too).
+            dt: an int >= 1, or N ints >= 1.
+            horizon: T; required when ``actions`` is None, else it must match T.
+            policy: a picklable callable ``(obs, rng) -> action``, called with the
+                latest observation (the start state's at t = 0) and the item's RNG.
+                It must be a pure function of its arguments: a policy that keeps
+                state between calls gives results that depend on the backend.
+            seeds: None, or N ints >= 0. With a seed, item i's env RNG is reseeded
+                from ``seeds[i]`` once, before its first step (see :meth:`step_batch`),
+                and its policy RNG is an independent stream of the same seed. Without
+                seeds, the env keeps the state's own RNG and the policy RNG is derived
+                from the start state and the item's index in this batch (see
+                :func:`~plan_parallel.loops.item_rng`): reproducible, identical on
+                every backend, and different for copies of one state.
+            return_all: also return every intermediate state and observation.
+
+        Returns:
+            A :class:`~plan_parallel.inputs.RolloutBatch`.
+
+        Raises:
+            ValueError/TypeError: bad shapes, horizon missing or not matching T,
+                actions and policy both given, bad dt or seeds, a policy that is not
+                callable or not picklable, an action space without a uniform sampler.
+            StateError: a state of another env, no current state, a start state
+                without the observation a policy needs, seeds for an env whose RNG
+                cannot be reseeded.
+            Exception: whatever the env or the policy raised (the current state is kept).
+        """
+        self._check_open()
+        current = self._current() if states is None else None
+        req = check_rollout(
+            self.action_space, self._adapter.kind, self._adapter.validate, states, actions, dt,
+            horizon=horizon, policy=policy, seeds=seeds, return_all=return_all, current=current,
+            reseedable=self._adapter.reseedable,
+        )
+        if req.actions is None and req.policy is None:
+            self.uniform_policy()  # the space has a sampler, or this raises
+        states = req.states if req.states is not None else [current] * req.n
+        parts = self.rollout_raw(states, req.actions, req.dt, req.horizon, policy=req.policy, seeds=req.seeds,
+                                 return_all=req.return_all)
+        return to_rollout_batch(self.observation_space, parts)
 
     def get_state(self) -> State:
         """The current state.

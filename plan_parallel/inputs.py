@@ -7,8 +7,9 @@ same way on every backend, naming what was expected and what was given.
 from __future__ import annotations
 
 import numbers
-from typing import Any, NamedTuple, Sequence
+from typing import Any, Callable, NamedTuple, Sequence
 
+import cloudpickle
 import numpy as np
 from gymnasium import spaces
 
@@ -17,11 +18,18 @@ from plan_parallel.state import State
 
 __all__ = [
     "StepBatch",
+    "RolloutBatch",
+    "RolloutRequest",
     "check_dt",
     "check_seed",
+    "check_seeds",
+    "check_horizon",
+    "check_policy",
     "check_actions",
     "check_action",
+    "check_action_sequences",
     "check_states",
+    "check_rollout",
     "stack_observations",
 ]
 
@@ -47,6 +55,70 @@ class StepBatch(NamedTuple):
     infos: list
 
 
+class RolloutBatch(NamedTuple):
+    """The result of ``rollout_batch``: N action sequences of horizon T, in input order.
+
+    Step t of item i applies its action ``dt[i]`` times (as one ``step_batch``
+    item does); an item stops at the first step that terminates or truncates.
+
+    Attributes:
+        states: the state after each item's last step (a sequence of N :class:`State`).
+        observations: the observation after each item's last step, stacked as in
+            :class:`StepBatch`, shape ``(N, *obs_shape)``.
+        rewards: float64 ``(N, T)``: ``rewards[i, t]`` is the sum over step t's
+            env steps; 0.0 for the steps after item i stopped.
+        terminations: bool ``(N,)``: the item's last step terminated.
+        truncations: bool ``(N,)``: the item's last step truncated.
+        n_steps: int64 ``(N,)``: env steps each item ran (dt repeats counted).
+        infos: N dicts: each item's last step's info (as the env returned it,
+            without ``"n_steps"``: that is the ``n_steps`` field).
+        all_states: with ``return_all=True``, N lists of T states: the state after
+            every step; entries after an item stopped repeat its final state
+            (so ``all_states[i][-1]`` is ``states[i]``). None otherwise.
+        all_observations: with ``return_all=True``, the observation after every
+            step, stacked to ``(N, T, *obs_shape)`` (a dict or tuple of such
+            arrays for Dict/Tuple spaces), entries after an item stopped repeating
+            its final observation. None otherwise.
+    """
+
+    states: Sequence[State]
+    observations: Any
+    rewards: np.ndarray
+    terminations: np.ndarray
+    truncations: np.ndarray
+    n_steps: np.ndarray
+    infos: list
+    all_states: list | None = None
+    all_observations: Any = None
+
+
+class RolloutRequest(NamedTuple):
+    """The checked arguments of ``rollout_batch`` (see :func:`check_rollout`).
+
+    Attributes:
+        n: the number of items N.
+        horizon: the number of steps T (>= 1).
+        states: the checked states, or None (every item starts from the current state).
+        actions: canonical actions of shape ``(N, T, *action_shape)`` (a list of
+            N lists of T actions for non-array spaces), or None (a policy acts).
+        dt: an int, or an int64 array of shape ``(N,)``.
+        seeds: a uint64 array of shape ``(N,)``, or None.
+        policy: the user's policy, or None (given actions, or uniform random actions).
+        policy_blob: ``cloudpickle.dumps(policy)`` for shipping, or None.
+        return_all: whether every intermediate state and observation is returned.
+    """
+
+    n: int
+    horizon: int
+    states: Sequence[State] | None
+    actions: Any
+    dt: int | np.ndarray
+    seeds: np.ndarray | None
+    policy: Callable[[Any, np.random.Generator], Any] | None
+    policy_blob: bytes | None
+    return_all: bool
+
+
 def _is_int(x: Any) -> bool:
     return isinstance(x, (numbers.Integral, np.integer)) and not isinstance(x, (bool, np.bool_))
 
@@ -67,6 +139,8 @@ def check_dt(dt: Any, n: int) -> int | np.ndarray:
         return int(dt)
     if isinstance(dt, (list, tuple, np.ndarray)):
         arr = np.asarray(dt)
+        if arr.shape == (0,) and isinstance(dt, (list, tuple)):
+            arr = arr.astype(np.int64)  # an empty list has no dtype of its own
         if arr.dtype.kind not in "iu" or arr.dtype == np.bool_:
             raise TypeError(f"dt must be integers >= 1 with shape ({n},), got dtype {arr.dtype}: {dt!r:.200}")
         if arr.shape != (n,):
@@ -84,6 +158,74 @@ def check_seed(seed: Any) -> int | None:
     if not _is_int(seed) or seed < 0:
         raise TypeError(f"seed must be None or an integer >= 0, got {type(seed).__name__}: {seed!r:.100}")
     return int(seed)
+
+
+def check_seeds(seeds: Any, n: int | None, reseedable: bool = True) -> np.ndarray | None:
+    """Validate per-item seeds: None, or integers >= 0 with shape (n,).
+
+    Args:
+        seeds: the seeds.
+        n: the batch size, or None to take it from ``seeds``.
+        reseedable: whether the env's adapter can reseed its RNG
+            (:attr:`~plan_parallel.state.Adapter.reseedable`).
+
+    Returns:
+        None, or a uint64 array of shape ``(n,)``.
+
+    Raises:
+        TypeError: not a sequence of integers (a scalar, floats, bools).
+        ValueError: the wrong shape, or values < 0.
+        StateError: seeds were given but the env cannot be reseeded.
+    """
+    if seeds is None:
+        return None
+    want = f"({'N' if n is None else n},)"
+    if not isinstance(seeds, (list, tuple, np.ndarray)):
+        raise TypeError(
+            f"seeds must be None or integers >= 0 with shape {want}, got {type(seeds).__name__}: {seeds!r:.200}"
+        )
+    arr = np.asarray(seeds)
+    if arr.size == 0 and arr.ndim == 1:
+        arr = arr.astype(np.uint64)  # np.asarray([]) is float64
+    if arr.dtype.kind not in "iu":
+        raise TypeError(f"seeds must be None or integers >= 0 with shape {want}, got dtype {arr.dtype}: {seeds!r:.200}")
+    if arr.ndim != 1 or (n is not None and arr.shape != (n,)):
+        raise ValueError(f"seeds must be None or integers >= 0 with shape {want}, got shape {arr.shape}")
+    if arr.size and arr.min() < 0:
+        raise ValueError(f"seeds must be None or integers >= 0 with shape {want}, got {seeds!r:.200}")
+    if not reseedable:
+        raise StateError("per-item seeds need an env whose RNG can be reseeded; this env's state is an "
+                         "action-replay history, which re-derives its RNG from the reset seed")
+    return arr.astype(np.uint64)
+
+
+def check_horizon(horizon: Any) -> int | None:
+    """Validate a rollout horizon: None or an int >= 1."""
+    if horizon is None:
+        return None
+    if not _is_int(horizon) or horizon < 1:
+        raise ValueError(f"horizon must be None or an integer >= 1, got {type(horizon).__name__}: {horizon!r:.100}")
+    return int(horizon)
+
+
+def check_policy(policy: Any) -> bytes:
+    """Validate a policy: a callable ``(obs, rng) -> action`` that cloudpickle can ship to the workers.
+
+    Returns:
+        ``cloudpickle.dumps(policy)``.
+
+    Raises:
+        TypeError: not callable, or not picklable.
+    """
+    if not callable(policy):
+        raise TypeError(f"policy must be a callable (obs, rng) -> action, got {type(policy).__name__}: {policy!r:.100}")
+    try:
+        return cloudpickle.dumps(policy)
+    except Exception as exc:  # noqa: BLE001 - any pickling failure means "cannot ship it"
+        raise TypeError(
+            f"policy must be picklable with cloudpickle (it runs in the workers), but pickling {policy!r:.100} "
+            f"failed: {type(exc).__name__}: {exc}"
+        ) from exc
 
 
 def _discrete_bounds(space: spaces.Space) -> tuple[Any, Any] | None:
@@ -113,47 +255,103 @@ def check_actions(space: spaces.Space, actions: Any, n: int | None = None) -> An
         TypeError: wrong dtype (e.g. floats for a Discrete space).
         ValueError: wrong length or shape, NaN, or values outside the space.
     """
-    bounds = _discrete_bounds(space)
-    if bounds is not None or isinstance(space, spaces.Box):
-        try:
-            arr = np.asarray(actions)
-        except (ValueError, TypeError) as exc:
-            raise TypeError(f"actions must be array-like for {space}, got {type(actions).__name__}: {exc}") from exc
-        if arr.dtype == object:
-            raise TypeError(f"actions must be numeric for {space}, got an object array: {actions!r:.200}")
-        want = (n if n is not None else (arr.shape[0] if arr.ndim else -1),) + tuple(space.shape)
-        if arr.shape != want or arr.ndim == 0:
-            exp = f"({n if n is not None else 'N'}, {', '.join(map(str, space.shape))})".replace(", )", ",)")
-            raise ValueError(f"actions for {space} must have shape {exp}, got shape {arr.shape}")
-        if bounds is not None:
-            if arr.dtype.kind not in "iu" and arr.dtype != np.bool_:
-                raise TypeError(f"actions for {space} must be integers, got dtype {arr.dtype}")
-            arr = arr.astype(np.int64, copy=False)
-            lo, hi = bounds
-            bad = (arr < lo) | (arr >= hi)
-            if bad.any():
-                i = int(np.argwhere(bad.reshape(len(arr), -1).any(axis=1))[0, 0])
-                raise ValueError(f"action {i} is outside {space}: {arr[i]!r}")
-            return arr
-        if arr.dtype.kind not in "fiub":
-            raise TypeError(f"actions for {space} must be numeric, got dtype {arr.dtype}")
-        if arr.dtype.kind != "f":
-            arr = arr.astype(space.dtype)
-        if arr.size:
-            flat = arr.reshape(len(arr), -1)
-            bad = ~np.isfinite(flat).all(axis=1) | (flat < space.low.ravel()).any(axis=1) | (
-                flat > space.high.ravel()
-            ).any(axis=1)
-            if bad.any():
-                i = int(np.argmax(bad))
-                raise ValueError(
-                    f"action {i} is outside {space} (low={space.low.tolist()}, high={space.high.tolist()}): {arr[i]!r}"
-                )
-        return arr
+    if _discrete_bounds(space) is not None or isinstance(space, spaces.Box):
+        return _check_action_array(space, actions, (n,), ("N",))
     items = list(actions)
     if n is not None and len(items) != n:
         raise ValueError(f"expected {n} actions, got {len(items)}")
     return items
+
+
+def check_action_sequences(space: spaces.Space, actions: Any, n: int | None, horizon: int | None) -> tuple[Any, int]:
+    """Validate N action sequences of T steps each, as :func:`check_actions` validates N actions.
+
+    Args:
+        space: the env's action space.
+        actions: shape ``(N, T, *action_shape)`` (for non-array spaces: N sequences of T actions).
+        n: the expected N, or None to take it from ``actions``.
+        horizon: the expected T, or None to take it from ``actions``.
+
+    Returns:
+        ``(actions, T)``: the canonical actions (an array of shape ``(N, T, *space.shape)``,
+        or a list of N lists) and the horizon.
+
+    Raises:
+        TypeError: wrong dtype.
+        ValueError: wrong shape, ``horizon`` not matching T, T == 0, or values outside the space.
+    """
+    if _discrete_bounds(space) is not None or isinstance(space, spaces.Box):
+        shape = np.shape(actions) if isinstance(actions, (np.ndarray, list, tuple)) else ()
+        if horizon is not None and len(shape) >= 2 and shape[1] != horizon:
+            raise ValueError(
+                f"horizon={horizon} does not match the actions, whose shape (N, T, *action_shape) is {shape}: "
+                f"T={shape[1]}"
+            )
+        arr = _check_action_array(space, actions, (n, horizon), ("N", "T"))
+        t = arr.shape[1]
+        seqs: Any = arr
+    else:
+        seqs = [list(seq) for seq in actions]
+        if n is not None and len(seqs) != n:
+            raise ValueError(f"expected {n} action sequences, got {len(seqs)}")
+        t = horizon if horizon is not None else (len(seqs[0]) if seqs else 1)
+        for i, seq in enumerate(seqs):
+            if len(seq) != t:
+                raise ValueError(f"action sequence {i} has {len(seq)} actions, expected T={t} (horizon)")
+    if t < 1:
+        raise ValueError(f"actions must hold at least one step per item (T >= 1), got T={t}")
+    return seqs, t
+
+
+def _check_action_array(
+    space: spaces.Space, actions: Any, lead: tuple[int | None, ...], names: tuple[str, ...]
+) -> np.ndarray:
+    """Canonical actions of an array space, shape ``(*lead, *space.shape)`` (None in ``lead``: any size)."""
+    bounds = _discrete_bounds(space)
+    try:
+        arr = np.asarray(actions)
+    except (ValueError, TypeError) as exc:
+        raise TypeError(f"actions must be array-like for {space}, got {type(actions).__name__}: {exc}") from exc
+    if arr.dtype == object:
+        raise TypeError(f"actions must be numeric for {space}, got an object array: {actions!r:.200}")
+    k = len(lead)
+    if arr.shape == (0,) and isinstance(actions, (list, tuple)):
+        # An empty list has no dtype nor trailing shape of its own.
+        inner = tuple(d if d is not None else 0 for d in lead[1:])
+        arr = np.empty((0,) + inner + tuple(space.shape), dtype=np.int64 if bounds is not None else space.dtype)
+    want = tuple(d if d is not None else (arr.shape[j] if arr.ndim > j else -1) for j, d in enumerate(lead))
+    if arr.shape != want + tuple(space.shape):
+        dims = [str(d) if d is not None else names[j] for j, d in enumerate(lead)] + [str(d) for d in space.shape]
+        exp = f"({dims[0]},)" if len(dims) == 1 else f"({', '.join(dims)})"
+        raise ValueError(f"actions for {space} must have shape {exp}, got shape {arr.shape}")
+
+    def outside(bad: np.ndarray, bounds_text: str = "") -> ValueError:
+        """The error naming the first item (or [item, step]) with a bad value in ``bad`` (shape ``lead``)."""
+        idx = tuple(int(x) for x in np.argwhere(bad)[0])
+        where = str(idx[0]) if k == 1 else f"[{', '.join(map(str, idx))}]"
+        return ValueError(f"action {where} is outside {space}{bounds_text}: {arr[idx]!r}")
+
+    if bounds is not None:
+        if arr.dtype.kind not in "iu" and arr.dtype != np.bool_:
+            raise TypeError(f"actions for {space} must be integers, got dtype {arr.dtype}")
+        arr = arr.astype(np.int64, copy=False)
+        lo, hi = bounds
+        bad = (arr < lo) | (arr >= hi)
+        if bad.any():
+            raise outside(bad.reshape(arr.shape[:k] + (-1,)).any(axis=-1))
+        return arr
+    if arr.dtype.kind not in "fiub":
+        raise TypeError(f"actions for {space} must be numeric, got dtype {arr.dtype}")
+    if arr.dtype.kind != "f":
+        arr = arr.astype(space.dtype)
+    if arr.size:
+        flat = arr.reshape(arr.shape[:k] + (-1,))
+        bad = ~np.isfinite(flat).all(axis=-1) | (flat < space.low.ravel()).any(axis=-1) | (
+            flat > space.high.ravel()
+        ).any(axis=-1)
+        if bad.any():
+            raise outside(bad, f" (low={space.low.tolist()}, high={space.high.tolist()})")
+    return arr
 
 
 def check_action(space: spaces.Space, action: Any) -> Any:
@@ -166,13 +364,13 @@ def check_action(space: spaces.Space, action: Any) -> Any:
     return action
 
 
-def check_states(states: Any, kind: str, n: int, validate: Any) -> Sequence[State]:
+def check_states(states: Any, kind: str, n: int | None, validate: Any) -> Sequence[State]:
     """Validate a batch of N states for an env of ``kind``.
 
     Args:
         states: a sequence of :class:`State`.
         kind: the env's state kind.
-        n: the number of actions.
+        n: the number of actions, or None when ``states`` fixes N.
         validate: the env adapter's ``validate`` (full check, used on a mismatch).
 
     Raises:
@@ -181,16 +379,92 @@ def check_states(states: Any, kind: str, n: int, validate: Any) -> Sequence[Stat
         StateError: an item is not a state of this env.
     """
     if isinstance(states, (State, np.ndarray, str, bytes)) or not hasattr(states, "__len__"):
-        raise TypeError(f"states must be a sequence of {n} State (or None), got {type(states).__name__}")
-    if len(states) != n:
+        raise TypeError(
+            f"states must be a sequence of {'N' if n is None else n} State (or None), got {type(states).__name__}"
+        )
+    if n is not None and len(states) != n:
         raise ValueError(f"expected {n} states (one per action), got {len(states)}")
+    # The full check (kind and a cheap look at the simulator state) where the adapter is
+    # at hand; the kind alone in a process without the env (its workers check the rest).
+    check = validate if validate is not None else (lambda s: _check_kind(s, kind))
     for i, s in enumerate(states):
-        if type(s) is not State or (s.kind is not kind and s.kind != kind):
-            try:
-                _check_kind(s, kind) if validate is None else validate(s)
-            except StateError as exc:
-                raise StateError(f"states[{i}]: {exc}") from None
+        try:
+            check(s)
+        except StateError as exc:
+            raise StateError(f"states[{i}]: {exc}") from None
     return states
+
+
+def check_rollout(
+    space: spaces.Space,
+    kind: str,
+    validate: Any,
+    states: Any,
+    actions: Any,
+    dt: Any,
+    *,
+    horizon: Any = None,
+    policy: Any = None,
+    seeds: Any = None,
+    return_all: Any = False,
+    current: State | None = None,
+    reseedable: bool = True,
+) -> RolloutRequest:
+    """Validate the arguments of ``rollout_batch`` (see :meth:`plan_parallel.PlanEnv.rollout_batch`).
+
+    N comes from ``states``; with ``states=None`` (every item starts from the
+    current state), from ``actions``, else from ``seeds``. T comes from
+    ``actions`` (shape ``(N, T, *action_shape)``), else from ``horizon``.
+
+    Args:
+        space: the env's action space.
+        kind: the env's state kind.
+        validate: the env adapter's ``validate``, or None where no adapter is at hand.
+        states, actions, dt, horizon, policy, seeds, return_all: as given by the caller.
+        current: the env's current state, used when ``states`` is None (a policy
+            needs its observation); the caller has checked that it exists.
+        reseedable: whether the env's RNG can be reseeded (for ``seeds``).
+
+    Raises:
+        TypeError: wrong types (states, dtypes, seeds, an uncallable or unpicklable policy).
+        ValueError: shapes or lengths that disagree, ``horizon`` missing or not matching
+            T, both ``actions`` and ``policy`` given, values outside the action space.
+        StateError: a state of another env; a policy without the start observation it
+            needs; seeds for an env that cannot be reseeded.
+    """
+    horizon = check_horizon(horizon)
+    if actions is None and horizon is None:
+        raise ValueError("horizon is required when actions is None (a policy, or uniform random actions, "
+                         "then acts for horizon steps)")
+    if actions is not None and policy is not None:
+        raise ValueError("pass actions or policy, not both (policy acts only when actions is None)")
+    if not isinstance(return_all, (bool, np.bool_)):
+        raise TypeError(f"return_all must be a bool, got {type(return_all).__name__}: {return_all!r:.100}")
+    n: int | None = None
+    if states is not None:
+        states = check_states(states, kind, None, validate)
+        n = len(states)
+    if actions is not None:
+        actions, horizon = check_action_sequences(space, actions, n, horizon)
+        n = len(actions)
+    seeds = check_seeds(seeds, n, reseedable)
+    if n is None:
+        if seeds is None:
+            raise ValueError("with states=None, pass actions or seeds to fix the batch size N "
+                             "(states=None starts every item from the current state)")
+        n = len(seeds)
+    dt = check_dt(dt, n)
+    blob = None
+    if policy is not None:
+        blob = check_policy(policy)
+        starts = states if states is not None else [current] * min(n, 1)
+        for i, s in enumerate(starts):
+            if s is not None and s.obs is None:
+                where = f"states[{i}]" if states is not None else "the current state"
+                raise StateError(f"{where} carries no observation, and the policy needs one to choose the first "
+                                 "action: use states returned by reset, step, step_batch or rollout_batch")
+    assert horizon is not None
+    return RolloutRequest(n, horizon, states, actions, dt, seeds, policy, blob, bool(return_all))
 
 
 def _check_kind(s: Any, kind: str) -> None:

@@ -191,11 +191,14 @@ class Adapter:
             instead of being read back after every step, a 1-2 us saving).
         includes_wrappers: True when the adapter's state already re-derives the
             wrappers' state (action replay), so no wrapper walk is done.
+        reseedable: False when :meth:`reseed` cannot be represented in a state
+            (action replay re-derives the RNG from the reset seed).
     """
 
     name: ClassVar[str] = "base"
     step_draws_rng: ClassVar[bool] = True
     includes_wrappers: ClassVar[bool] = False
+    reseedable: ClassVar[bool] = True
 
     def __init__(self, env: Any) -> None:
         # Imported here: wrappers imports this module for State.
@@ -207,7 +210,7 @@ class Adapter:
         self.kind = f"{self.name}:{type(self.u).__name__}" + (
             "|" + ",".join(self.wrappers.names) if self.wrappers.names else ""
         )
-        self._draws = self.step_draws_rng
+        self._draws = self.step_draws_rng or self.wrappers.draws_rng  # a wrapper may draw (StickyAction)
         # The rng value the env's np_random is known to hold (identity-tracked), or None.
         self._rng_known: dict | None = None
 
@@ -283,6 +286,24 @@ class Adapter:
 
         self.capture = capture  # type: ignore[method-assign]
 
+    def reseed(self, seed: int) -> None:
+        """Reseed the env's ``np_random`` from ``seed``, keeping the rest of the restored state.
+
+        The generator gets the stream ``env.reset(seed=seed)`` would give it
+        (``PCG64(seed)``), so the same (state, action, seed) always samples the
+        same outcome and different seeds sample independent ones. Called after
+        :meth:`restore`; the next :meth:`capture` records the reseeded RNG.
+        Only ``np_random`` is reseeded: an env that draws from another
+        generator of its own (a user env's private RNG) is not affected.
+        """
+        fresh = np.random.PCG64(seed)
+        gen = getattr(self.u, "_np_random", None)
+        if gen is not None and type(gen.bit_generator) is np.random.PCG64:
+            gen.bit_generator.state = fresh.state
+        else:  # never seeded, or another bit generator: a new PCG64 generator
+            self.u._np_random = np.random.Generator(fresh)
+        self._rng_known = None  # capture reads the RNG back; restore sets it again
+
     def validate(self, state: Any) -> None:
         """Raise :class:`StateError` unless ``state`` can restore this env."""
         if not isinstance(state, State):
@@ -319,8 +340,11 @@ def register_adapter(adapter: type[Adapter], env_class: type | None = None) -> t
     Args:
         adapter: a subclass of :class:`Adapter`.
         env_class: when given, ``adapter`` is used for envs whose unwrapped class is
-            exactly this class or a subclass (registered later wins). When None,
-            ``adapter.accepts(unwrapped)`` decides, after every class-keyed entry.
+            exactly this class (registered later wins), and for its subclasses only
+            where ``adapter.accepts(unwrapped)`` says so: a subclass may hold state the
+            adapter does not know, and a silently incomplete state is worse than an
+            error. When None, ``adapter.accepts(unwrapped)`` decides, after every
+            class-keyed entry.
 
     Returns:
         ``adapter`` (so this can decorate a class).

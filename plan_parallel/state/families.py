@@ -53,13 +53,15 @@ class ClassicControlAdapter(Adapter):
         "MountainCarEnv": (),
         "Continuous_MountainCarEnv": (),
     }
+    SIM_SHAPE = {"CartPoleEnv": (4,), "PendulumEnv": (2,), "AcrobotEnv": (4,), "MountainCarEnv": (2,),
+                 "Continuous_MountainCarEnv": (2,)}
     RNG_FREE_STEP = {"CartPoleEnv", "PendulumEnv", "MountainCarEnv", "Continuous_MountainCarEnv"}
 
     def __init__(self, env: Any) -> None:
         super().__init__(env)
         cname = type(self.u).__name__
         names = self.EXTRA[cname]
-        self._draws = not (
+        self._draws = self.wrappers.draws_rng or not (
             cname in self.RNG_FREE_STEP
             or (cname == "AcrobotEnv" and not getattr(self.u, "torque_noise_max", 0.0))
         )
@@ -100,8 +102,11 @@ class ClassicControlAdapter(Adapter):
         self._set_extra(extra)
 
     def check_sim(self, sim: Any) -> str | None:
-        if not isinstance(sim, np.ndarray) or sim.ndim != 1:
-            return f"expected a 1-d ndarray, got {type(sim).__name__}"
+        # The dtype may be float32 or float64 (some envs switch between reset and step).
+        want = self.SIM_SHAPE[type(self.u).__name__]
+        if not isinstance(sim, np.ndarray) or sim.shape != want or sim.dtype.kind != "f":
+            got = f"{sim.dtype} array of shape {sim.shape}" if isinstance(sim, np.ndarray) else type(sim).__name__
+            return f"expected a float array of shape {want}, got {got}"
         return None
 
 
@@ -187,7 +192,7 @@ class AleAdapter(Adapter):
             if p > 0.0:
                 _take_over_stickiness(u)
         self._sticky = u._pp_sticky_p > 0.0
-        self._draws = self._sticky or isinstance(getattr(u, "_frameskip", 1), tuple)
+        self._draws = self.wrappers.draws_rng or self._sticky or isinstance(getattr(u, "_frameskip", 1), tuple)
 
     @classmethod
     def accepts(cls, unwrapped: Any) -> bool:
@@ -385,6 +390,7 @@ class ActionReplayAdapter(Adapter):
 
     name = "replay"
     includes_wrappers = True
+    reseedable = False
 
     def __init__(self, env: Any) -> None:
         super().__init__(env)
@@ -451,6 +457,17 @@ class ActionReplayAdapter(Adapter):
         for a in ([] if log is None else log.to_list()):
             step(a)
         self._seed, self._options, self._log = seed, options, log
+
+    def reseed(self, seed: int) -> None:
+        """Refused: a replayed state re-derives its RNG from the reset seed, so a reseed would be lost.
+
+        Raises:
+            StateError: always.
+        """
+        from plan_parallel.errors import StateError
+
+        raise StateError(f"per-item seeds cannot reseed {type(self.u).__name__}: its state is an action-replay "
+                         "history, which re-derives the RNG from the reset seed")
 
     def check_sim(self, sim: Any) -> str | None:
         if not (isinstance(sim, tuple) and len(sim) == 3 and isinstance(sim[0], int)):

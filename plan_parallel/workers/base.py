@@ -16,7 +16,7 @@ from plan_parallel.errors import RemoteError, RemoteTraceback
 
 __all__ = ["OPS", "Call", "Reply", "Worker", "remote_error", "reraise"]
 
-OPS = frozenset({"reset", "step_batch", "set_state", "ping", "close"})
+OPS = frozenset({"reset", "step_batch", "rollout_batch", "set_state", "ping", "close"})
 
 
 @dataclass

@@ -156,6 +156,8 @@ class _Server:
     def __init__(self, env: Any) -> None:
         self.env = env
         self.slabs: dict[str, Slab] = {}
+        self._policy_blob: bytes | None = None
+        self._policy_obj: Any = None
 
     def slab(self, name: str | None, size: int) -> Slab | None:
         if name is None:
@@ -181,30 +183,113 @@ class _Server:
     def op_set_state(self, blob: bytes) -> None:
         self.env.set_state(pickle.loads(blob))
 
-    def op_step_batch(self, req: dict) -> dict:
-        """Decode a chunk from its slab, run it, write the results back. See BatchEnv._encode."""
+    def _read_items(self, req: dict) -> tuple[Slab | None, dict[str, np.ndarray], list | None]:
+        """Attach a request's slab and read its input columns and states (``states=None``: the current state)."""
         self.forget(req.get("forget", ()))
         slab = self.slab(req["slab"], req["slab_size"])
-        n = req["n"]
         cols = read_columns(slab, req["layout"])
-        actions = cols["actions"] if "actions" in cols else req["actions"]
-        dt = cols["dt"] if "dt" in cols else req["dt"]
-        if req["states"] is None:
-            states = None
-        else:
-            states = unpack_states(req["states"], cols, "in_", n)
-        out_states, obs, rewards, terms, truncs, infos = self.env.run_raw(states, actions, dt)
+        states = None if req["states"] is None else unpack_states(req["states"], cols, "in_", req["n"])
+        return slab, cols, states
+
+    @staticmethod
+    def _column(req: dict, cols: dict[str, np.ndarray], name: str) -> Any:
+        """Input ``name``: from the slab when it was written there, else from the request (None if absent)."""
+        return cols[name] if name in cols else req.get(name)
+
+    @staticmethod
+    def _write_items(w: ArrayWriter, reply: dict[str, Any], prefix: str, states: list, obs: list) -> None:
+        """Write N result states and observations to the slab (or into the reply when they do not fit).
+
+        States travel without their observation: the parent reattaches the
+        ``{prefix}obs`` rows (or ``reply["{prefix}obs"]``) to them.
+        """
+        reply[prefix + "states"] = pack_states(states, w, prefix, with_obs=False)
+        if not w.put_rows(prefix + "obs", obs):
+            reply[prefix + "obs"] = obs
+
+    def op_step_batch(self, req: dict) -> dict:
+        """Decode a chunk from its slab, run it, write the results back. See BatchEnv._encode.
+
+        ``req["seeds"]`` (optional; a slab column or the request's value): None or
+        N ints, the per-item seeds of ``step_batch``.
+        """
+        slab, cols, states = self._read_items(req)
+        n = req["n"]
+        out_states, obs, rewards, terms, truncs, infos = self.env.run_raw(
+            states, self._column(req, cols, "actions"), self._column(req, cols, "dt"), self._column(req, cols, "seeds")
+        )
         w = ArrayWriter(slab, req["out_offset"])
         reply: dict[str, Any] = {
             "rewards": np.array(rewards, dtype=np.float64),
             "terminations": np.array(terms, dtype=bool),
             "truncations": np.array(truncs, dtype=bool),
             "n_steps": np.fromiter((i.pop("n_steps") for i in infos), dtype=np.int64, count=n),
-            "states": pack_states(out_states, w, "", with_obs=False),
         }
-        if not w.put_rows("obs", obs):
-            reply["obs"] = obs
+        self._write_items(w, reply, "", out_states, obs)
         reply["infos"] = pack_infos(infos)
+        reply["layout"] = w.layout
+        reply["needed"] = w.needed - req["out_offset"]
+        return reply
+
+    def _policy(self, blob: bytes | None) -> Any:
+        """The policy a request ships (cloudpickled), unpickled once while the same bytes keep coming."""
+        if blob is None:
+            return None
+        if blob != self._policy_blob:
+            self._policy_obj = pickle.loads(blob)
+            self._policy_blob = blob
+        return self._policy_obj
+
+    def op_rollout_batch(self, req: dict) -> dict:
+        """Run a chunk of ``rollout_batch`` items (:meth:`PlanEnv.rollout_raw`); results to the slab.
+
+        The request (a dict; as ``step_batch``'s, plus the rollout fields):
+
+        - ``n``: the chunk's item count m; ``first_index``: the batch index of its
+          first item (the policy RNG without seeds depends on it, not on the chunk).
+        - ``slab``, ``slab_size``: the shared-memory slab (``slab=None``: no slab,
+          everything travels in the request and the reply); ``layout``: the input
+          columns written to it; ``out_offset``: where the outputs may start;
+          ``forget``: slab names to detach first (optional).
+        - ``states``: ``pack_states(states, w, "in_", with_obs=...)`` or None (every
+          item starts from the worker's current state). Pack with ``with_obs=True``
+          when ``actions`` is None: a policy reads the start observation.
+        - ``actions``: shape ``(m, T, *action_shape)`` or None (a policy acts); may be
+          the slab column ``"actions"`` instead. ``dt``: an int, or m ints (or the
+          column ``"dt"``). ``seeds``: None or m ints (or the column ``"seeds"``).
+        - ``horizon``: T. ``policy``: ``cloudpickle.dumps(policy)``, or None (given
+          actions, or uniform random actions). ``return_all``: bool.
+
+        The reply (a dict): ``rewards`` float64 ``(m, T)``; ``terminations``,
+        ``truncations`` bool ``(m,)``; ``n_steps`` int64 ``(m,)``; ``states`` (the
+        final states, packed with prefix ``""`` and no observations) and the
+        final observations as the slab column ``"obs"`` or ``reply["obs"]`` (a list);
+        ``infos`` (``pack_infos``); with ``return_all``, ``all_states`` (the m*T
+        states item-major, packed with prefix ``"all_"``) and their observations as
+        the column ``"all_obs"`` or ``reply["all_obs"]``; ``layout`` (the output
+        columns) and ``needed`` (the output bytes, fitting or not). Reattach each
+        observation to its state (``state.obs``), as for ``step_batch``.
+        """
+        slab, cols, states = self._read_items(req)
+        horizon, return_all = req["horizon"], req["return_all"]
+        parts = self.env.rollout_raw(
+            states, self._column(req, cols, "actions"), self._column(req, cols, "dt"), horizon,
+            policy=self._policy(req["policy"]), seeds=self._column(req, cols, "seeds"),
+            first_index=req["first_index"], return_all=return_all,
+        )
+        w = ArrayWriter(slab, req["out_offset"])
+        reply: dict[str, Any] = {
+            "rewards": parts.rewards,
+            "terminations": np.array(parts.terminations, dtype=bool),
+            "truncations": np.array(parts.truncations, dtype=bool),
+            "n_steps": np.array(parts.n_steps, dtype=np.int64),
+        }
+        self._write_items(w, reply, "", parts.states, parts.observations)
+        if return_all:
+            flat_states = [s for row in parts.all_states for s in row]  # type: ignore[union-attr]
+            flat_obs = [o for row in parts.all_observations for o in row]  # type: ignore[union-attr]
+            self._write_items(w, reply, "all_", flat_states, flat_obs)
+        reply["infos"] = pack_infos(parts.infos)
         reply["layout"] = w.layout
         reply["needed"] = w.needed - req["out_offset"]
         return reply

@@ -1,0 +1,375 @@
+"""The loops that step one env: ``step_batch`` items and whole rollouts.
+
+Plain functions over a bound :class:`~plan_parallel.state.Adapter` that return
+plain lists and arrays, so :class:`~plan_parallel.env.PlanEnv` (the inline
+backend) and every worker run the very same code: that is what makes the
+backends bit-identical.
+
+Randomness. With per-item ``seeds``, item i's env RNG is reseeded from
+``seeds[i]`` after its state is restored (:meth:`Adapter.reseed`: the stream
+``env.reset(seed=seeds[i])`` would give), and a policy draws from an independent
+stream of the same seed (:func:`item_rng`). Without seeds the env keeps the
+state's own RNG, and a policy's RNG is derived from a digest of the item's
+state and its index in the caller's batch: never from its place in a chunk, so
+every worker split gives the same result.
+"""
+from __future__ import annotations
+
+import collections
+import hashlib
+import pickle
+from typing import Any, Callable, NamedTuple, Sequence
+
+import numpy as np
+from gymnasium import spaces
+
+from plan_parallel.inputs import RolloutBatch, stack_observations
+from plan_parallel.state import ActionLog, Adapter, State
+from plan_parallel.state.core import Pickled
+
+__all__ = ["RolloutParts", "UniformPolicy", "item_rng", "run_items", "run_rollouts", "to_rollout_batch"]
+
+Policy = Callable[[Any, np.random.Generator], Any]
+
+
+def _act(step: Callable[[Any], tuple], action: Any, k: int) -> tuple[Any, float, bool, bool, dict, int]:
+    """Apply ``action`` up to ``k`` times, stopping at terminated or truncated.
+
+    Returns ``(obs, reward, terminated, truncated, info, steps)``: the last step's
+    obs, flags and info, the rewards summed as Python floats in step order, and
+    the number of env steps taken.
+    """
+    obs, r, term, trunc, info = step(action)
+    total = float(r)
+    taken = 1
+    while taken < k and not (term or trunc):
+        obs, r, term, trunc, info = step(action)
+        total += float(r)
+        taken += 1
+    return obs, total, term, trunc, info, taken
+
+
+def run_items(
+    adapter: Adapter,
+    step: Callable[[Any], tuple],
+    states: Sequence[State],
+    actions: Any,
+    dt: int | np.ndarray,
+    seeds: np.ndarray | None = None,
+) -> tuple[list, list, list, list, list, list]:
+    """Run N (state, action, dt) items on one env: the work of ``step_batch``.
+
+    Item i restores ``states[i]`` (and, with ``seeds``, reseeds the env's RNG from
+    ``seeds[i]``), applies ``actions[i]`` ``dt[i]`` times, sums the rewards (as
+    Python floats, in step order) and stops early at terminated or truncated.
+    Returns plain lists ``(states, observations, rewards, terminations,
+    truncations, infos)``; the caller stacks them. On an env error, the
+    exception carries the failing item's index as ``_pp_item``.
+    """
+    restore, capture = adapter.restore, adapter.capture
+    n = len(states)
+    out_states: list = [None] * n
+    out_obs: list = [None] * n
+    rewards: list = [0.0] * n
+    terms: list = [False] * n
+    truncs: list = [False] * n
+    infos: list = [None] * n
+    scalar_dt = isinstance(dt, int)
+    i = 0
+    try:
+        for i in range(n):
+            restore(states[i])
+            if seeds is not None:
+                adapter.reseed(int(seeds[i]))
+            obs, rewards[i], term, trunc, info, taken = _act(step, actions[i], dt if scalar_dt else int(dt[i]))
+            out_obs[i] = obs
+            terms[i] = bool(term)
+            truncs[i] = bool(trunc)
+            infos[i] = {**info, "n_steps": taken}  # the env may reuse its info dict
+            out_states[i] = capture(None, obs)
+    except Exception as e:
+        # Which item failed, for the note the caller adds (worker and item).
+        e._pp_item = i  # type: ignore[attr-defined]
+        raise
+    return out_states, out_obs, rewards, terms, truncs, infos
+
+
+class RolloutParts(NamedTuple):
+    """What :func:`run_rollouts` returns: plain lists and arrays, ready to ship or stack.
+
+    Fields as in :class:`~plan_parallel.inputs.RolloutBatch`, unstacked:
+    ``observations`` is a list of N observations, ``rewards`` a float64 ``(N, T)``
+    array, ``terminations``/``truncations``/``n_steps`` lists of N bools/ints,
+    ``all_states``/``all_observations`` N lists of T entries (or None).
+    """
+
+    states: list
+    observations: list
+    rewards: np.ndarray
+    terminations: list
+    truncations: list
+    n_steps: list
+    infos: list
+    all_states: list | None
+    all_observations: list | None
+
+
+def run_rollouts(
+    adapter: Adapter,
+    step: Callable[[Any], tuple],
+    states: Sequence[State],
+    actions: Any,
+    dt: int | np.ndarray,
+    horizon: int,
+    *,
+    policy: Policy | None = None,
+    seeds: np.ndarray | None = None,
+    first_index: int = 0,
+    return_all: bool = False,
+) -> RolloutParts:
+    """Roll out N action sequences of ``horizon`` steps on one env: the work of ``rollout_batch``.
+
+    Item i restores ``states[i]`` and, with ``seeds``, reseeds the env's RNG from
+    ``seeds[i]`` (once, before its first step). Step t applies ``actions[i][t]``
+    -- or, when ``actions`` is None, ``policy(obs, rng)`` with the latest
+    observation (``states[i].obs`` at t = 0) and the item's RNG from
+    :func:`item_rng` -- ``dt[i]`` times, as a ``step_batch`` item does. The item
+    stops after the first step that terminates or truncates.
+
+    Args:
+        adapter: the env's bound adapter.
+        step: the adapter's step function (``adapter.make_step()``).
+        states: N start states.
+        actions: ``(N, T, ...)`` actions indexable as ``actions[i][t]``, or None.
+        dt: an int, or N ints.
+        horizon: T.
+        policy: ``(obs, rng) -> action``, used when ``actions`` is None.
+        seeds: N ints, or None.
+        first_index: the index of ``states[0]`` in the caller's batch (for the
+            policy RNG without seeds).
+        return_all: also return the state and observation after every step.
+
+    Raises:
+        Exception: whatever the env or the policy raised, carrying the failing
+            item's index (within ``states``) as ``_pp_item``.
+    """
+    restore, capture = adapter.restore, adapter.capture
+    n = len(states)
+    out_states: list = [None] * n
+    out_obs: list = [None] * n
+    rewards = np.zeros((n, horizon), dtype=np.float64)
+    terms: list = [False] * n
+    truncs: list = [False] * n
+    n_steps: list = [0] * n
+    infos: list = [None] * n
+    all_states: list | None = [None] * n if return_all else None
+    all_obs: list | None = [None] * n if return_all else None
+    scalar_dt = isinstance(dt, int)
+    i = 0
+    try:
+        for i in range(n):
+            start = states[i]
+            restore(start)
+            seed = None if seeds is None else int(seeds[i])
+            if seed is not None:
+                adapter.reseed(seed)
+            k = dt if scalar_dt else int(dt[i])
+            seq = actions[i] if actions is not None else None
+            rng = item_rng(seed, start, first_index + i) if seq is None else None
+            obs, row, taken_total = start.obs, rewards[i], 0
+            s_row: list = []
+            o_row: list = []
+            term = trunc = False
+            info: dict = {}
+            for t in range(horizon):
+                a = seq[t] if seq is not None else policy(obs, rng)  # type: ignore[misc]
+                obs, row[t], term, trunc, info, taken = _act(step, a, k)
+                taken_total += taken
+                if return_all:
+                    s_row.append(capture(None, obs))
+                    o_row.append(obs)
+                if term or trunc:
+                    break
+            if return_all:
+                pad = horizon - len(s_row)
+                s_row.extend([s_row[-1]] * pad)
+                o_row.extend([o_row[-1]] * pad)
+                all_states[i], all_obs[i] = s_row, o_row  # type: ignore[index]
+                out_states[i] = s_row[-1]
+            else:
+                out_states[i] = capture(None, obs)
+            out_obs[i] = obs
+            terms[i] = bool(term)
+            truncs[i] = bool(trunc)
+            n_steps[i] = taken_total
+            infos[i] = dict(info)  # the env may reuse its info dict
+    except Exception as e:
+        e._pp_item = i  # type: ignore[attr-defined]
+        raise
+    return RolloutParts(out_states, out_obs, rewards, terms, truncs, n_steps, infos, all_states, all_obs)
+
+
+def to_rollout_batch(observation_space: spaces.Space, parts: RolloutParts) -> RolloutBatch:
+    """Stack :class:`RolloutParts` (of every chunk, concatenated in input order) into a :class:`RolloutBatch`."""
+    n, horizon = parts.rewards.shape
+    all_obs = None
+    if parts.all_observations is not None:
+        flat = [o for row in parts.all_observations for o in row]
+        all_obs = _split_leading(stack_observations(observation_space, flat), n, horizon)
+    return RolloutBatch(
+        parts.states,
+        stack_observations(observation_space, parts.observations),
+        parts.rewards,
+        np.array(parts.terminations, dtype=bool),
+        np.array(parts.truncations, dtype=bool),
+        np.array(parts.n_steps, dtype=np.int64),
+        parts.infos,
+        parts.all_states,
+        all_obs,
+    )
+
+
+def _split_leading(x: Any, n: int, t: int) -> Any:
+    """Reshape stacked observations of N*T items to (N, T, ...), through Dict/Tuple structure."""
+    if isinstance(x, dict):
+        return type(x)((k, _split_leading(v, n, t)) for k, v in x.items())
+    if isinstance(x, tuple):
+        if x and isinstance(x[0], np.ndarray):  # a Tuple space: a tuple of batched arrays
+            return tuple(_split_leading(v, n, t) for v in x)
+        return tuple(tuple(x[i * t : (i + 1) * t]) for i in range(n))  # e.g. Text: N*T plain values
+    return x.reshape((n, t) + x.shape[1:])
+
+
+# ---------------------------------------------------------------------- randomness
+class UniformPolicy:
+    """Uniform random actions from an action space, drawn with the item's RNG: ``(obs, rng) -> action``.
+
+    The policy of ``rollout_batch(actions=None, policy=None)``. It never uses the
+    space's own ``sample()`` (whose RNG belongs to the space, not to the item).
+    Discrete and MultiDiscrete actions are drawn with ``rng.integers``, a bounded
+    Box with ``rng.uniform`` (``rng.integers`` for an integer dtype), MultiBinary
+    as integers in {0, 1}.
+
+    Raises:
+        TypeError: any other space (Dict, Tuple, Text, Graph, ...).
+        ValueError: a Box that is not bounded on both sides.
+    """
+
+    def __init__(self, space: spaces.Space) -> None:
+        self.space = space
+        if isinstance(space, spaces.Discrete):
+            self._draw = self._discrete
+        elif isinstance(space, spaces.MultiDiscrete):
+            self._draw = self._multi_discrete
+        elif isinstance(space, spaces.MultiBinary):
+            self._draw = self._multi_binary
+        elif isinstance(space, spaces.Box):
+            if not space.is_bounded("both"):
+                raise ValueError(f"uniform random actions need a bounded action space, got {space} "
+                                 f"(low={space.low.tolist()}, high={space.high.tolist()}): pass policy= or actions=")
+            self._draw = self._box_int if np.issubdtype(space.dtype, np.integer) else self._box
+        else:
+            raise TypeError(f"uniform random actions are drawn only for Discrete, Box (bounded), MultiDiscrete and "
+                            f"MultiBinary action spaces, got {space}: pass policy= or actions=")
+
+    def __call__(self, obs: Any, rng: np.random.Generator) -> Any:
+        return self._draw(rng)
+
+    def _discrete(self, rng: np.random.Generator) -> Any:
+        return self.space.start + rng.integers(self.space.n)
+
+    def _multi_discrete(self, rng: np.random.Generator) -> np.ndarray:
+        s = self.space
+        return (s.start + rng.integers(s.nvec)).astype(s.dtype)
+
+    def _multi_binary(self, rng: np.random.Generator) -> np.ndarray:
+        return rng.integers(0, 2, size=self.space.shape).astype(self.space.dtype)
+
+    def _box(self, rng: np.random.Generator) -> np.ndarray:
+        s = self.space
+        return rng.uniform(s.low, s.high).astype(s.dtype)
+
+    def _box_int(self, rng: np.random.Generator) -> np.ndarray:
+        s = self.space
+        return rng.integers(s.low, s.high, endpoint=True).astype(s.dtype)
+
+    def __repr__(self) -> str:
+        return f"UniformPolicy({self.space})"
+
+
+def item_rng(seed: int | None, state: State, index: int) -> np.random.Generator:
+    """The RNG a policy draws with for one item; the same on every backend and worker split.
+
+    Args:
+        seed: the item's seed, or None.
+        state: the item's start state.
+        index: the item's index in the caller's batch.
+
+    Returns:
+        With a seed, a generator on the first child of ``SeedSequence(seed)``: a
+        stream independent of the env's (reseeded to ``PCG64(seed)``), and
+        depending on nothing but the seed. Without, a generator on
+        ``SeedSequence(digest of the state, spawn_key=(index,))``: reproducible
+        for the same batch, and different for different start states and for
+        copies of one state at different indices.
+    """
+    if seed is not None:
+        ss = np.random.SeedSequence(seed, spawn_key=(0,))
+    else:
+        ss = np.random.SeedSequence(_state_entropy(state), spawn_key=(index,))
+    return np.random.Generator(np.random.PCG64(ss))
+
+
+def _state_entropy(state: State) -> int:
+    """A 128-bit digest of a state's value (kind, sim, extra, RNG, wrappers; not the observation).
+
+    Computed from the values, not from object identity, so a state that
+    travelled to a worker (arrays through shared memory, the rest pickled)
+    digests as the original does.
+    """
+    h = hashlib.blake2b(digest_size=16)
+    for v in (state.kind, state.sim, state.extra, state.rng, state.wrappers):
+        _feed(h, v)
+    return int.from_bytes(h.digest(), "little")
+
+
+def _feed(h: Any, v: Any) -> None:
+    """Hash ``v`` into ``h`` canonically: equal plain values (and equal arrays) hash alike."""
+    t = type(v)
+    if v is None or t in (bool, int, str):
+        h.update(f"{t.__name__}:{v!r};".encode())
+    elif t is float:
+        h.update(f"f:{v.hex()};".encode())
+    elif isinstance(v, np.ndarray):
+        if v.dtype.hasobject:
+            h.update(f"O{v.shape}(".encode())
+            for x in v.ravel():
+                _feed(h, x)
+            h.update(b")")
+        else:
+            h.update(f"a{v.dtype.str}{v.shape}:".encode())
+            h.update(np.ascontiguousarray(v).data)
+    elif isinstance(v, np.generic):
+        h.update(f"g{v.dtype.str}:".encode())
+        h.update(v.tobytes())
+    elif isinstance(v, (tuple, list, collections.deque)):
+        h.update(f"{t.__name__}{len(v)}(".encode())
+        for x in v:
+            _feed(h, x)
+        h.update(b")")
+    elif isinstance(v, dict):
+        h.update(f"d{len(v)}(".encode())
+        for k in sorted(v, key=repr):
+            _feed(h, k)
+            _feed(h, v[k])
+        h.update(b")")
+    elif isinstance(v, (bytes, bytearray)):
+        h.update(b"b%d:" % len(v))
+        h.update(v)
+    elif isinstance(v, Pickled):
+        _feed(h, v.data)
+    elif isinstance(v, ActionLog):
+        _feed(h, v.to_list())
+    else:  # simulator objects (ale_py.ALEState, enums): their pickle is their value
+        h.update(b"p:")
+        h.update(pickle.dumps(v, protocol=4))
