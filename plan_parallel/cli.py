@@ -1,4 +1,4 @@
-"""The ``plan-parallel`` command: ``check`` (clonability report) and ``bench`` (throughput)."""
+"""The ``plan-parallel`` command: ``plan`` (run a planner), ``check`` (clonability report) and ``bench`` (throughput)."""
 from __future__ import annotations
 
 import argparse
@@ -47,9 +47,21 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     return run_bench(args)
 
 
+def _cmd_plan(args: argparse.Namespace) -> int:
+    from plan_parallel.plan_cli import run_plan
+
+    return run_plan(args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="plan-parallel", description="Parallel (state, action, dt) rollouts of gymnasium envs.")
     sub = p.add_subparsers(dest="command", required=True)
+
+    from plan_parallel.plan_cli import add_plan_arguments
+
+    pl = sub.add_parser("plan", help="run a planner (MCTS, random shooting) on an env and report returns and speed")
+    add_plan_arguments(pl)
+    pl.set_defaults(func=_cmd_plan)
 
     c = sub.add_parser("check", help="prove or refute bit-identical replay from saved states")
     c.add_argument("env", nargs="+", help="gymnasium env id(s), e.g. CartPole-v1 ALE/Pong-v5")

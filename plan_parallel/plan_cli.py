@@ -1,0 +1,178 @@
+"""``plan-parallel plan``: run a planner on an env, with a progress bar, a summary and an optional recording."""
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import statistics
+from typing import Any, Sequence
+
+__all__ = ["add_plan_arguments", "run_plan", "save_animation", "summarize"]
+
+# option -> (planner parameter for mcts, for shooting); None: not a parameter of that planner
+_OPTIONS = {
+    "budget": ("budget", "budget"),
+    "dt": ("dt", "dt"),
+    "depth": ("rollout_depth", "horizon"),
+    "discount": ("discount", "discount"),
+    "leaves": ("leaves_per_batch", None),
+    "exploration": ("exploration", None),
+    "iterations": (None, "iterations"),
+}
+_ANIMATION_SUFFIXES = (".gif", ".mp4")
+
+
+def add_plan_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("env", help="gymnasium env id, e.g. CartPole-v1, MountainCar-v0, ALE/Pong-v5")
+    p.add_argument("--planner", choices=["mcts", "shooting"], default="mcts")
+    p.add_argument("--budget", type=int, help="simulations (mcts) or sequences (shooting) per decision")
+    p.add_argument("--workers", type=int, default=2, help="worker processes (process and ray backends)")
+    p.add_argument("--backend", choices=["inline", "process", "ray"], default="process")
+    p.add_argument("--episodes", type=int, default=1)
+    p.add_argument("--seed", type=int, default=0, help="episode e uses seed + e (env reset and planner)")
+    p.add_argument("--max-steps", type=int, help="stop an episode after this many env steps")
+    p.add_argument("--dt", type=int, help="action repeat: env steps per decision and per tree/rollout step")
+    p.add_argument("--depth", type=int, help="rollout depth (mcts) or horizon (shooting), in dt steps")
+    p.add_argument("--leaves", type=int, help="mcts: leaves expanded and rolled out per batch")
+    p.add_argument("--exploration", type=float, help="mcts: UCT exploration constant")
+    p.add_argument("--iterations", type=int, help="shooting: CEM rounds per decision (1: random shooting)")
+    p.add_argument("--discount", type=float, help="per dt steps, in (0, 1]")
+    p.add_argument("--kw", action="append", default=[], metavar="KEY=VALUE", help="env kwarg (repeatable)")
+    p.add_argument("--record", metavar="FILE", help="save the first episode as an animation (.gif or .mp4)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def _planner_params(args: argparse.Namespace) -> dict[str, Any]:
+    which = 0 if args.planner == "mcts" else 1
+    params: dict[str, Any] = {}
+    for option, names in _OPTIONS.items():
+        value = getattr(args, option)
+        if value is None:
+            continue
+        if names[which] is None:
+            raise ValueError(f"--{option} does not apply to --planner {args.planner}")
+        params[names[which]] = value
+    return params
+
+
+def _check_args(args: argparse.Namespace) -> None:
+    for name in ("workers", "episodes"):
+        if getattr(args, name) < 1:
+            raise ValueError(f"--{name} must be >= 1, got {getattr(args, name)}")
+    if args.seed < 0:
+        raise ValueError(f"--seed must be >= 0, got {args.seed}")
+    if args.max_steps is not None and args.max_steps < 1:
+        raise ValueError(f"--max-steps must be >= 1, got {args.max_steps}")
+    if args.record is not None:
+        suffix = os.path.splitext(args.record)[1].lower()
+        if suffix not in _ANIMATION_SUFFIXES:
+            raise ValueError(f"--record must name a {' or '.join(_ANIMATION_SUFFIXES)} file, got {args.record!r}")
+        _animation_writer(suffix)
+
+
+def _animation_writer(suffix: str) -> Any:
+    """The imageio module able to write ``suffix``; a clear error naming the extra to install."""
+    try:
+        import imageio
+    except ImportError as e:
+        raise ValueError("--record needs imageio: pip install 'plan_parallel[record]'") from e
+    if suffix == ".mp4":
+        try:
+            import imageio_ffmpeg  # noqa: F401
+        except ImportError as e:
+            raise ValueError("--record FILE.mp4 needs imageio-ffmpeg: pip install 'plan_parallel[record]'") from e
+    return imageio
+
+
+def save_animation(path: str, frames: Sequence[Any], fps: float) -> None:
+    """Write RGB frames (H, W, 3 uint8) to a looping GIF or an MP4, chosen by the file suffix."""
+    suffix = os.path.splitext(path)[1].lower()
+    imageio = _animation_writer(suffix)
+    fps = min(50.0, max(1.0, fps))
+    if suffix == ".gif":
+        imageio.v3.imwrite(path, list(frames), extension=".gif", duration=1000.0 / fps, loop=0)
+    else:
+        imageio.v2.mimwrite(path, list(frames), fps=fps, macro_block_size=1)
+
+
+def summarize(episodes: Sequence[Any]) -> str:
+    """A table of the episodes (return, steps, decisions, end, speed) and their means."""
+    rows = ["episode  seed    return  steps  decisions  end         seconds  decisions/s  transitions/s  env calls"]
+    for i, ep in enumerate(episodes):
+        end = "terminated" if ep.terminated else "truncated" if ep.truncated else "max-steps"
+        rows.append(
+            f"{i:7d}  {ep.seed!s:>4}  {ep.episode_return:8.1f}  {ep.steps:5d}  {ep.decisions:9d}  {end:10s}  "
+            f"{ep.wall_seconds:7.1f}  {ep.decisions_per_second:11.1f}  {ep.transitions_per_second:13,.0f}  "
+            f"{ep.env_share:9.0%}"
+        )
+    returns = [ep.episode_return for ep in episodes]
+    wall = sum(ep.wall_seconds for ep in episodes)
+    env_s = sum(ep.env_seconds for ep in episodes)
+    spread = statistics.stdev(returns) if len(returns) > 1 else 0.0
+    share = env_s / wall if wall else 0.0
+    rows.append(
+        f"mean return {statistics.fmean(returns):.1f} ± {spread:.1f} over {len(episodes)} episode(s); "
+        f"{sum(ep.decisions for ep in episodes) / wall if wall else 0:.1f} decisions/s, "
+        f"{sum(ep.transitions for ep in episodes) / wall if wall else 0:,.0f} transitions/s; "
+        f"time in env calls {share:.0%}, in the planner {1 - share:.0%}"
+    )
+    return "\n".join(rows)
+
+
+def run_plan(args: argparse.Namespace) -> int:
+    """Run ``args.episodes`` planned episodes and print the summary. Returns the exit code."""
+    from gymnasium import spaces
+    from tqdm import tqdm
+
+    import plan_parallel as pp
+    from plan_parallel.cli import parse_env_kwargs
+    from plan_parallel.planners import run_episode
+    from plan_parallel.planners.presets import make_planner
+
+    _check_args(args)
+    env_kwargs = parse_env_kwargs(args.kw)
+    try:
+        planner = make_planner(args.planner, args.env, **_planner_params(args))
+    except TypeError as e:
+        raise ValueError(str(e)) from e
+    print(f"{planner} on {args.env}, backend={args.backend}, workers={args.workers}", flush=True)
+    n_workers = None if args.backend == "inline" else args.workers
+    episodes = []
+    with pp.make(args.env, backend=args.backend, n_workers=n_workers, **env_kwargs) as env:
+        if args.planner == "mcts" and not isinstance(env.action_space, spaces.Discrete):
+            raise ValueError(f"mcts needs a Discrete action space, {args.env} has {env.action_space}; try --planner shooting")
+        live = None
+        if args.record is not None:
+            live = pp.make(args.env, backend="inline", render_mode="rgb_array", **env_kwargs)
+        try:
+            limit = args.max_steps or getattr(env.spec, "max_episode_steps", None)
+            frames: list[Any] = []
+            for e in range(args.episodes):
+                bar = tqdm(
+                    total=math.ceil(limit / planner.dt) if limit else None,
+                    desc=f"episode {e} (seed {args.seed + e})",
+                    unit="decision",
+                    disable=args.no_progress,
+                )
+
+                def on_decision(ep: Any, bar: Any = bar, record: bool = live is not None and e == 0) -> None:
+                    if record:
+                        frames.append(live.gym_env.render())  # type: ignore[union-attr]
+                    if ep.decisions:
+                        bar.update(1)
+                        bar.set_postfix(ret=f"{ep.episode_return:.1f}", refresh=False)
+
+                with bar:
+                    ep = run_episode(
+                        planner, env, seed=args.seed + e, max_steps=args.max_steps, live_env=live, callback=on_decision
+                    )
+                episodes.append(ep)
+            if live is not None:
+                fps = live.gym_env.metadata.get("render_fps") or 30
+                save_animation(args.record, frames, fps / planner.dt)
+                print(f"recorded episode 0 ({len(frames)} frames) to {args.record}")
+        finally:
+            if live is not None:
+                live.close()
+    print(summarize(episodes), flush=True)
+    return 0

@@ -1,0 +1,22 @@
+"""Reference planners built only on the public API: batched UCT/MCTS and random shooting / CEM-lite.
+
+>>> import plan_parallel as pp
+>>> from plan_parallel.planners import MCTS, run_episode
+>>> with pp.make("CartPole-v1", backend="inline") as env:
+...     episode = run_episode(MCTS(budget=32, seed=0), env, seed=0, max_steps=20)
+>>> episode.steps
+20
+
+Every planner has the :class:`Planner` interface: ``plan(env, state) -> action``
+(never changing the env's current state), ``reset(seed)``, ``dt``, ``meter`` and
+``last_stats``. Given a seed, a planner makes the same decisions on every backend
+and worker count.
+"""
+from __future__ import annotations
+
+from plan_parallel.planners.base import Meter, Planner, Rollouts, rollout
+from plan_parallel.planners.episode import Episode, run_episode
+from plan_parallel.planners.mcts import MCTS
+from plan_parallel.planners.shooting import RandomShooting
+
+__all__ = ["Planner", "MCTS", "RandomShooting", "Episode", "run_episode", "Meter", "Rollouts", "rollout"]

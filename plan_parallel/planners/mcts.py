@@ -1,0 +1,257 @@
+"""Batched UCT (Monte Carlo tree search) for discrete action spaces.
+
+Each iteration selects up to ``leaves_per_batch`` leaves at once (a *virtual
+loss* on every node of a pending path steers later selections elsewhere),
+expands them with **one** ``step_batch``, evaluates the new nodes with **one**
+batched random rollout, and backs the returns up. Edges are actions applied
+``dt`` times (action repeat). Q values are normalized to [0, 1] by the min and
+max seen in the tree, so one exploration constant works across reward scales.
+The subtree under the chosen action is kept for the next decision when the
+next state equals its state (tree reuse).
+"""
+from __future__ import annotations
+
+import math
+import time
+from typing import Any
+
+import numpy as np
+from gymnasium import spaces
+
+from plan_parallel.planners.base import Meter, check_float, check_int, discounted_returns
+from plan_parallel.state import State
+
+__all__ = ["MCTS"]
+
+
+class _Node:
+    """A tree node: the state after its incoming edge, that edge's reward, and visit statistics."""
+
+    __slots__ = ("state", "reward", "done", "n", "w", "vl", "children", "untried")
+
+    def __init__(self, state: State, reward: float, done: bool, untried: list[int]) -> None:
+        self.state = state
+        self.reward = reward  # reward of the edge into this node (dt env steps, summed)
+        self.done = done  # terminated or truncated: no value beyond this node
+        self.n = 0  # completed simulations through this node
+        self.w = 0.0  # sum of their returns from this node on
+        self.vl = 0  # simulations in flight through this node (virtual loss)
+        self.children: list[_Node | None] = []
+        self.untried = untried  # actions not expanded nor pending, popped from the end
+
+
+class MCTS:
+    """UCT with batched leaf selection, expansion and rollouts (discrete actions).
+
+    Args:
+        budget: simulations per decision (each: one new node, or a revisit of a
+            terminal one, and one rollout from it).
+        leaves_per_batch: leaves selected, expanded and rolled out together per
+            iteration (one ``step_batch`` and one rollout call each).
+        exploration: the UCT constant ``c`` in ``q + c * sqrt(ln N / n)`` on
+            normalized Q values (0: greedy).
+        rollout_depth: random actions per rollout, each applied ``dt`` times
+            (0: no rollout, the value of a new node is 0).
+        dt: env steps per tree edge and per rollout action (action repeat);
+            the chosen action is meant to be applied ``dt`` times too.
+        discount: per edge (per ``dt`` env steps), in (0, 1].
+        reuse_tree: keep the subtree of the chosen action for the next decision.
+        seed: seeds the planner's RNG (rollout actions, expansion order).
+
+    Raises:
+        TypeError / ValueError: a parameter of the wrong type or out of range.
+    """
+
+    def __init__(
+        self,
+        budget: int = 100,
+        leaves_per_batch: int = 16,
+        exploration: float = 1.0,
+        rollout_depth: int = 20,
+        dt: int = 1,
+        discount: float = 0.99,
+        reuse_tree: bool = True,
+        seed: int | None = 0,
+    ) -> None:
+        self.budget = check_int("budget", budget, 1)
+        self.leaves_per_batch = check_int("leaves_per_batch", leaves_per_batch, 1)
+        self.exploration = check_float("exploration", exploration, 0.0, math.inf)
+        self.rollout_depth = check_int("rollout_depth", rollout_depth, 0)
+        self.dt = check_int("dt", dt, 1)
+        self.discount = check_float("discount", discount, 0.0, 1.0, low_open=True)
+        self.reuse_tree = bool(reuse_tree)
+        self.meter = Meter()
+        self.last_stats: dict[str, Any] = {}
+        self.reset(seed)
+
+    def __repr__(self) -> str:
+        return (
+            f"MCTS(budget={self.budget}, leaves_per_batch={self.leaves_per_batch}, exploration={self.exploration}, "
+            f"rollout_depth={self.rollout_depth}, dt={self.dt}, discount={self.discount})"
+        )
+
+    # ------------------------------------------------------------------ public
+    def reset(self, seed: int | None = None) -> None:
+        """Drop the search tree and reseed the RNG (``seed=None``: fresh entropy)."""
+        if seed is not None:
+            check_int("seed", seed, 0)
+        self.rng = np.random.default_rng(seed)
+        self._next_root: _Node | None = None
+        self._lo = math.inf  # min / max Q seen, for normalization
+        self._hi = -math.inf
+
+    def plan(self, env: Any, state: State) -> int:
+        """Search from ``state`` for ``budget`` simulations; return the most visited root action.
+
+        ``env`` is any env made by :func:`plan_parallel.make`; its current state is
+        not changed. ``last_stats`` then holds the search statistics.
+
+        Raises:
+            TypeError: the env's action space is not ``Discrete``.
+        """
+        space = env.action_space
+        if not isinstance(space, spaces.Discrete):
+            raise TypeError(f"MCTS needs a Discrete action space, got {space}")
+        n_actions, start = int(space.n), int(space.start)
+        t0 = time.perf_counter()
+        calls0, trans0, env_s0 = self.meter.snapshot()
+        root = self._next_root
+        reused = root is not None and root.state == state
+        if not reused:
+            root = _Node(state, 0.0, False, self._order(n_actions))
+            self._lo, self._hi = math.inf, -math.inf
+        assert root is not None
+        reused_visits = root.n
+        sims = batches = max_depth = 0
+        while sims < self.budget:
+            leaves, depth = self._select(root, min(self.leaves_per_batch, self.budget - sims))
+            max_depth = max(max_depth, depth)
+            self._evaluate(env, leaves, n_actions, start)
+            sims += len(leaves)
+            batches += 1
+        action = self._best(root)
+        self._next_root = root.children[action] if self.reuse_tree else None
+        calls, trans, env_s = self.meter.snapshot()
+        visits = [c.n if c is not None else 0 for c in root.children]
+        self.last_stats = {
+            "simulations": sims,
+            "batches": batches,
+            "reused": reused,
+            "reused_visits": reused_visits,
+            "root_visits": visits,
+            "root_q": [self._q(c) if c is not None and c.n else float("nan") for c in root.children],
+            "value": root.w / root.n if root.n else float("nan"),
+            "max_depth": max_depth,
+            "env_calls": calls - calls0,
+            "transitions": trans - trans0,
+            "env_seconds": env_s - env_s0,
+            "seconds": time.perf_counter() - t0,
+        }
+        return start + action
+
+    # ------------------------------------------------------------------ search
+    def _order(self, n_actions: int) -> list[int]:
+        """The order in which a new node's actions get expanded (popped from the end): random, seeded."""
+        return [int(a) for a in self.rng.permutation(n_actions)]
+
+    def _q(self, child: _Node) -> float:
+        return child.reward + self.discount * (child.w / child.n)
+
+    def _see(self, q: float) -> None:
+        self._lo = min(self._lo, q)
+        self._hi = max(self._hi, q)
+
+    def _select(self, root: _Node, k: int) -> tuple[list[tuple[list[_Node], int | None]], int]:
+        """Up to ``k`` leaves: (path from the root, action to expand or None for a terminal node)."""
+        leaves: list[tuple[list[_Node], int | None]] = []
+        max_depth = 0
+        span = self._hi - self._lo
+        for _ in range(k):
+            node, path = root, [root]
+            while True:
+                if node.done:
+                    leaf: tuple[list[_Node], int | None] | None = (path, None)
+                    break
+                if node.untried:
+                    leaf = (path, node.untried.pop())
+                    break
+                child = self._uct_child(node, span)
+                if child is None:  # every action of this node is pending: no leaf left this batch
+                    leaf = None
+                    break
+                node = child
+                path.append(node)
+            if leaf is None:
+                break
+            for p in path:
+                p.vl += 1
+            leaves.append(leaf)
+            max_depth = max(max_depth, len(path) - (1 if leaf[1] is None else 0))
+        return leaves, max_depth
+
+    def _uct_child(self, node: _Node, span: float) -> _Node | None:
+        """The expanded child with the best UCT score (virtual loss counted as a zero-value visit)."""
+        best, best_score = None, -math.inf
+        log_n = math.log(max(1, node.n + node.vl))
+        for child in node.children:
+            if child is None:  # pending expansion
+                continue
+            visits = child.n + child.vl  # n >= 1: a child exists once its first simulation is backed up
+            q = (self._q(child) - self._lo) / span if span > 0 else 0.5
+            score = q * child.n / visits + self.exploration * math.sqrt(log_n / visits)
+            if score > best_score:
+                best, best_score = child, score
+        return best
+
+    def _evaluate(self, env: Any, leaves: list[tuple[list[_Node], int | None]], n_actions: int, start: int) -> None:
+        """Expand the pending leaves with one step_batch, roll out the new nodes in one call, back up."""
+        expand = [(path, a) for path, a in leaves if a is not None]
+        expand_index = [i for i, (_, a) in enumerate(leaves) if a is not None]
+        values = [0.0] * len(leaves)  # terminal leaves: nothing beyond them
+        new: list[_Node] = []
+        if expand:
+            parents = [path[-1] for path, _ in expand]
+            for p in parents:  # children slots exist once a node is first expanded
+                if not p.children:
+                    p.children = [None] * n_actions
+            batch = self.meter.step_batch(
+                env, np.array([start + a for _, a in expand], dtype=np.int64), [p.state for p in parents], self.dt
+            )
+            for j, ((path, a), parent) in enumerate(zip(expand, parents)):
+                done = bool(batch.terminations[j] or batch.truncations[j])
+                child = _Node(batch.states[j], float(batch.rewards[j]), done, [] if done else self._order(n_actions))
+                parent.children[a] = child
+                child.vl = 1
+                path.append(child)
+                new.append(child)
+            live = [i for i, c in enumerate(new) if not c.done]
+            if live and self.rollout_depth:
+                actions = self.rng.integers(start, start + n_actions, size=(len(live), self.rollout_depth))
+                out = self.meter.rollout(env, [new[i].state for i in live], actions, self.dt)
+                returns = discounted_returns(out.rewards, self.discount)
+                for i, g in zip(live, returns):
+                    values[expand_index[i]] = float(g)
+        for (path, _), g in zip(leaves, values):
+            self._backup(path, g)
+
+    def _backup(self, path: list[_Node], g: float) -> None:
+        """Add return ``g`` (from the last node of ``path`` on) to every node of the path; lift virtual loss."""
+        for i in range(len(path) - 1, -1, -1):
+            node = path[i]
+            node.vl -= 1
+            node.n += 1
+            node.w += g
+            if i:
+                self._see(self._q(node))
+            g = node.reward + self.discount * g
+
+    def _best(self, root: _Node) -> int:
+        """The most visited root action; ties go to the higher Q, then the lower index."""
+        best, key = 0, (-1, -math.inf)
+        for a, child in enumerate(root.children):
+            if child is None or child.n == 0:
+                continue
+            k = (child.n, self._q(child))
+            if k > key:
+                best, key = a, k
+        return best
