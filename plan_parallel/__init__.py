@@ -55,6 +55,8 @@ def make(
     context: str | None = None,
     adapter: Any = None,
     small_batch_inline: bool = True,
+    address: str | None = None,
+    worker_options: dict | None = None,
     **env_kwargs: Any,
 ):
     """Build an env with the planning API.
@@ -70,8 +72,13 @@ def make(
         max_restarts: how many times dead workers are replaced over the env's life.
         context: multiprocessing start method (``"fork"``, ``"spawn"``, ``"forkserver"``).
         adapter: an :class:`~plan_parallel.state.Adapter` class overriding the registered one.
-        small_batch_inline: (process backend) run batches too small to gain from
-            workers in this process; turn off when env code may crash or hang it.
+        small_batch_inline: (process and ray backends) run batches too small to gain
+            from workers in this process; turn off when env code may crash or hang it.
+        address: (ray) the cluster to join: ``"auto"``, ``"host:port"`` or
+            ``"ray://host:port"``. None: the connection this process already has, or
+            else a private local Ray instance started quietly (never someone else's).
+        worker_options: (ray) Ray actor options for every worker, e.g.
+            ``{"num_cpus": 1, "resources": {"node2": 0.01}}`` to place workers on other nodes.
         **env_kwargs: passed to ``gymnasium.make`` (or to the callable).
 
     Raises:
@@ -100,6 +107,8 @@ def make(
         context=context,
         adapter=adapter,
         small_batch_inline=small_batch_inline,
+        address=address,
+        worker_options=worker_options,
     )
 
 

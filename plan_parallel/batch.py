@@ -29,14 +29,18 @@ from plan_parallel.env import PlanEnv
 from plan_parallel.errors import ClosedError, StateError, WorkerCrashedError, WorkerTimeoutError
 from plan_parallel.inputs import _check_kind as check_kind
 from plan_parallel.inputs import (
+    RolloutBatch,
     StepBatch,
     check_action,
     check_actions,
     check_dt,
+    check_rollout,
     check_seed,
+    check_seeds,
     check_states,
     stack_observations,
 )
+from plan_parallel.loops import RolloutParts, UniformPolicy, to_rollout_batch
 from plan_parallel.state import State
 from plan_parallel.transport import (
     PROTOCOL,
@@ -61,6 +65,26 @@ def _describe(parts: list[_Part]) -> str:
     """What a worker was running, for messages: ' during step_batch (12 items), set_state'."""
     ops = [f"{p.call.op} ({p.hi - p.lo} items)" if p.hi else p.call.op for p in parts]
     return f" during {', '.join(ops)}" if ops else " while idle"
+
+
+def _owned(x: Any) -> Any:
+    """A private copy of an input array (the caller may reuse its own while chunks wait)."""
+    return x.copy() if isinstance(x, np.ndarray) else x
+
+
+def _rows(cols: dict, rep: dict, name: str) -> list:
+    """Observations of a chunk: the slab column's rows (read-only copies), else the pickled list."""
+    if name in cols:
+        arr = cols[name]
+        arr.flags.writeable = False  # the states keep these rows; callers get stacked copies
+        return list(arr)
+    return rep[name]
+
+
+def _with_obs(states: list[State], obs: list) -> list[State]:
+    for s, o in zip(states, obs):
+        s.obs = o
+    return states
 
 
 def _dumps(obj: Any) -> bytes:
@@ -108,6 +132,31 @@ class _Part:
     needs: State | None = None  # the current state this part starts from (states=None)
     holds: State | None = None  # the state a set_state part leaves the worker at
     reply: Reply | None = None
+    shared: tuple = ()  # values sent once for many workers (Ray: ray.put), see SharedArg
+
+
+@dataclass
+class _Job:
+    """The checked inputs of one batch (owned copies), from which its chunks are encoded."""
+
+    op: str  # "step_batch" or "rollout_batch"
+    actions: Any  # (N, ...) or (N, T, ...); None when a policy acts
+    states: list | None  # None: every item starts from ``needs``
+    dt: int | np.ndarray
+    seeds: np.ndarray | None
+    needs: State | None  # the current state the items start from (states=None)
+    extra: dict = field(default_factory=dict)  # rollout fields: horizon, policy, return_all
+    steps_per_item: int = 1  # T for a rollout: the cost of an item is dt * T
+
+    @property
+    def act_arr(self) -> bool:
+        return isinstance(self.actions, np.ndarray) and not self.actions.dtype.hasobject
+
+    def cost(self, lo: int, hi: int) -> int:
+        """Env steps of items lo..hi at most (for chunking and expected durations)."""
+        dt = self.dt
+        per = dt * (hi - lo) if isinstance(dt, int) else int(np.sum(dt[lo:hi]))
+        return per * self.steps_per_item
 
 
 @dataclass
@@ -122,7 +171,7 @@ class BatchFuture:
     started: float = 0.0
     _finisher: Callable[["BatchFuture"], StepBatch] | None = None
     pending: deque = field(default_factory=deque)  # chunks (lo, hi) not sent yet
-    _inputs: tuple = ()  # (actions, states, dt, actions-is-array) for encoding pending chunks
+    job: "_Job | None" = None  # the batch's inputs, for encoding pending chunks
     finished: bool = False  # value is set (it may be None: a state op returns nothing)
 
     def done(self) -> bool:
@@ -206,13 +255,25 @@ class BatchEnv:
         context: str | None = None,
         adapter: Any = None,
         small_batch_inline: bool = True,
+        address: str | None = None,
+        worker_options: dict | None = None,
     ) -> None:
-        if backend != "process":
-            raise ValueError(f"BatchEnv runs the 'process' backend, got {backend!r}")
+        if backend not in ("process", "ray"):
+            raise ValueError(f"BatchEnv runs the 'process' or 'ray' backend, got {backend!r}")
         import multiprocessing as mp
 
         if context is not None and context not in mp.get_all_start_methods():
             raise ValueError(f"context must be one of {mp.get_all_start_methods()} or None, got {context!r}")
+        if worker_options is not None and not isinstance(worker_options, dict):
+            raise TypeError(f"worker_options must be a dict of Ray actor options, got {type(worker_options).__name__}")
+        if backend != "ray" and (address is not None or worker_options):
+            raise ValueError("address and worker_options are options of backend='ray'")
+        self.backend = backend
+        self._worker_options = dict(worker_options or {})
+        if backend == "ray":
+            from plan_parallel.workers import ray_actor
+
+            ray_actor.connect(address)
         self._factory = factory
         self._adapter_cls = adapter
         self._n = n_workers or os.cpu_count() or 1
@@ -228,7 +289,7 @@ class BatchEnv:
         self._held: list[State | None] = [None] * self._n  # the state worker i holds, as sent
         self._state: State | None = None
         self._local: PlanEnv | None = None
-        self._out_per_item = 0
+        self._out_per_item: dict[str, int] = {}  # output bytes per item, learned per op
         self._step_s: float | None = None  # measured seconds per env step in a worker
         self._rtt_s: float | None = None  # measured fixed cost of a worker call
         self._broken: str | None = None
@@ -241,7 +302,7 @@ class BatchEnv:
         }
         self._workers: list[ExternalProcess] = []
         try:
-            self._workers = [ExternalProcess(i, self._blob, self.context) for i in range(self._n)]
+            self._workers = [self._new_worker(i) for i in range(self._n)]
             infos = [w.wait_ready() for w in self._workers]
         except BaseException:
             self._shutdown(0.5)
@@ -250,6 +311,7 @@ class BatchEnv:
         self.observation_space = info["observation_space"]
         self.action_space = info["action_space"]
         self.kind: str = info["kind"]
+        self._reseedable: bool = info["reseedable"]
         self.spec = info["spec"]
         self._measure_rtt()
 
@@ -269,6 +331,14 @@ class BatchEnv:
             raise ClosedError("this env was closed; create a new one with plan_parallel.make")
         if self._broken is not None:
             raise WorkerCrashedError(self._broken)
+
+    def _new_worker(self, i: int) -> Any:
+        """Start worker ``i`` (not waiting for it): a process, or a Ray actor."""
+        if self.backend == "ray":
+            from plan_parallel.workers.ray_actor import RayWorker
+
+            return RayWorker(i, self._blob, self._worker_options)
+        return ExternalProcess(i, self._blob, self.context)
 
     def _next_id(self) -> int:
         self._ids += 1
@@ -294,7 +364,10 @@ class BatchEnv:
             self._held[part.worker] = None
         self._inflight[part.worker].append(part)
         try:
-            w.send_bytes(data)
+            if part.shared:
+                w.send_bytes(data, part.shared)
+            else:
+                w.send_bytes(data)
         except OSError:
             pass  # the worker is dead: the next pump sees its sentinel and sends this part again
 
@@ -326,12 +399,29 @@ class BatchEnv:
         busy = [i for i in range(self._n) if self._inflight[i]]
         if not busy:
             return
-        poller = self._poller()
         now = time.monotonic()
         wait_for = timeout
         if self.timeout is not None:
             first = min(self._inflight[i][0].sent_at for i in busy) + self.timeout - now
             wait_for = max(0.0, first) if wait_for is None else max(0.0, min(wait_for, first))
+        if self.backend == "ray":
+            from plan_parallel.workers.ray_actor import ray_wait
+
+            ready = ray_wait(self._workers, busy, wait_for)
+        else:
+            ready = self._wait_pipes(busy, now, wait_for)
+        for i in ready:
+            self._drain(i)
+        if self.timeout is not None:
+            now = time.monotonic()
+            for i in range(self._n):
+                q = self._inflight[i]
+                if q and now - q[0].sent_at > self.timeout:
+                    self._on_timeout(i)
+
+    def _wait_pipes(self, busy: list[int], now: float, wait_for: float | None) -> list[int]:
+        """Process backend: the workers whose pipe or sentinel is ready within ``wait_for``."""
+        poller = self._poller()
         due = self._due_in(busy, now)
         if due > 2 * SPIN_SECONDS and (wait_for is None or wait_for > due):
             # Not due for a while: sleep (a wake-up costs ~50 us, negligible here), then spin.
@@ -344,14 +434,7 @@ class BatchEnv:
         if not events and wait_for != 0.0:
             left = None if wait_for is None else max(0.0, wait_for - SPIN_SECONDS)
             events = poller.poll(None if left is None else int(math.ceil(left * 1000)))
-        for i in sorted({self._fd_owner[fd] for fd, _ in events if fd in self._fd_owner}):
-            self._drain(i)
-        if self.timeout is not None:
-            now = time.monotonic()
-            for i in range(self._n):
-                q = self._inflight[i]
-                if q and now - q[0].sent_at > self.timeout:
-                    self._on_timeout(i)
+        return sorted({self._fd_owner[fd] for fd, _ in events if fd in self._fd_owner})
 
     def _due_in(self, busy: list[int], now: float) -> float:
         """Seconds until the first busy worker is expected to answer (0 when unknown)."""
@@ -422,7 +505,7 @@ class BatchEnv:
         self._poll = None  # new fds
         self._held[i] = None
         try:
-            new = ExternalProcess(i, self._blob, self.context)
+            new = self._new_worker(i)
             self._workers[i] = new
             new.wait_ready()
         except BaseException as e:  # noqa: BLE001 - the env cannot go on without worker i
@@ -544,8 +627,14 @@ class BatchEnv:
         blob = _dumps(state)
         fut = BatchFuture(self, 0)
         fut._finisher = lambda f: None
+        if self.backend == "ray":  # one ray.put for every actor
+            from plan_parallel.workers.ray_actor import SharedArg
+
+            args, shared = (SharedArg(0),), (blob,)
+        else:  # one pickle, written to every pipe
+            args, shared = (blob,), ()
         for i in range(self._n):
-            part = _Part(Call(self._next_id(), "set_state", (blob,)), i, 0, 0, fut, holds=state)
+            part = _Part(Call(self._next_id(), "set_state", args), i, 0, 0, fut, holds=state, shared=shared)
             fut.parts.append(part)
             self._send(part)
         fut.result()
@@ -577,10 +666,13 @@ class BatchEnv:
         obs = s.obs.copy() if isinstance(s.obs, np.ndarray) else s.obs
         return s, obs, float(b.rewards[0]), bool(b.terminations[0]), bool(b.truncations[0]), b.infos[0]
 
-    def step_batch(self, actions: Any, states: Sequence[State] | None = None, dt: Any = 1) -> StepBatch:
+    def step_batch(
+        self, actions: Any, states: Sequence[State] | None = None, dt: Any = 1, *, seeds: Any = None
+    ) -> StepBatch:
         """Run N (state, action, dt) items across the workers; results in input order.
 
-        Bit-identical to the inline backend. The current state is left as it was.
+        Bit-identical to the inline backend (see :meth:`PlanEnv.step_batch`, also
+        for ``seeds``). The current state is left as it was.
 
         Raises:
             ValueError/TypeError: bad input (before anything is sent). StateError.
@@ -588,9 +680,11 @@ class BatchEnv:
             WorkerTimeoutError: a worker exceeded ``timeout`` (it was replaced).
             WorkerCrashedError: workers died more than ``max_restarts`` times.
         """
-        return self.step_batch_async(actions, states, dt).result()
+        return self.step_batch_async(actions, states, dt, seeds=seeds).result()
 
-    def step_batch_async(self, actions: Any, states: Sequence[State] | None = None, dt: Any = 1) -> BatchFuture:
+    def step_batch_async(
+        self, actions: Any, states: Sequence[State] | None = None, dt: Any = 1, *, seeds: Any = None
+    ) -> BatchFuture:
         """Send a batch and return at once; ``.result(timeout)`` gathers it. Several may be in flight."""
         self._check_open()
         if states is None:
@@ -602,10 +696,10 @@ class BatchEnv:
             actions = check_actions(self.action_space, actions, n if n >= 0 else None)
             states = list(check_states(states, self.kind, len(actions), None))  # any sequence; a copy
         dt = check_dt(dt, n)
+        seeds = check_seeds(seeds, n, self._reseedable)
         # The batch owns its inputs: the caller may reuse its arrays while chunks wait to be sent.
         actions = actions.copy() if isinstance(actions, np.ndarray) else list(actions)
-        if isinstance(dt, np.ndarray):
-            dt = dt.copy()
+        job = _Job("step_batch", actions, states, _owned(dt), _owned(seeds), self._state if states is None else None)
         fut = BatchFuture(self, n, started=time.perf_counter())
         if n == 0:
             self.stats["batches"] += 1  # counted as inline counts it
@@ -613,11 +707,66 @@ class BatchEnv:
             fut._set(StepBatch([], stack_observations(self.observation_space, []), empty.astype(np.float64),
                                empty.astype(bool), empty.astype(bool), []))
             return fut
-        if self._run_here(n, dt):
-            fut._set(self._run_local(actions, states, dt))
+        return self._submit(fut, job)
+
+    def rollout_batch(
+        self,
+        states: Sequence[State] | None,
+        actions: Any = None,
+        dt: Any = 1,
+        *,
+        horizon: int | None = None,
+        policy: Callable[[Any, np.random.Generator], Any] | None = None,
+        seeds: Any = None,
+        return_all: bool = False,
+    ) -> RolloutBatch:
+        """Roll out N items for T steps each, every item's whole sequence inside one worker.
+
+        Same arguments, results and errors as :meth:`PlanEnv.rollout_batch`
+        (bit-identical for any worker count); worker failures as :meth:`step_batch`.
+        """
+        return self.rollout_batch_async(
+            states, actions, dt, horizon=horizon, policy=policy, seeds=seeds, return_all=return_all
+        ).result()
+
+    def rollout_batch_async(
+        self,
+        states: Sequence[State] | None,
+        actions: Any = None,
+        dt: Any = 1,
+        *,
+        horizon: int | None = None,
+        policy: Callable[[Any, np.random.Generator], Any] | None = None,
+        seeds: Any = None,
+        return_all: bool = False,
+    ) -> BatchFuture:
+        """:meth:`rollout_batch` without waiting: a future whose ``result()`` is the :class:`RolloutBatch`."""
+        self._check_open()
+        current = self._current() if states is None else None
+        req = check_rollout(
+            self.action_space, self.kind, None, states, actions, dt, horizon=horizon, policy=policy,
+            seeds=seeds, return_all=return_all, current=current, reseedable=self._reseedable,
+        )
+        if req.actions is None and req.policy is None:
+            UniformPolicy(self.action_space)  # the space has a sampler, or this raises before sending
+        acts = req.actions
+        if acts is not None:
+            acts = acts.copy() if isinstance(acts, np.ndarray) else [list(a) for a in acts]
+        job = _Job(
+            "rollout_batch", acts, None if req.states is None else list(req.states), _owned(req.dt),
+            _owned(req.seeds), current, steps_per_item=req.horizon,
+            extra={"horizon": req.horizon, "policy": req.policy_blob, "return_all": req.return_all},
+        )
+        fut = BatchFuture(self, req.n, started=time.perf_counter())
+        return self._submit(fut, job)
+
+    def _submit(self, fut: BatchFuture, job: _Job) -> BatchFuture:
+        """Run ``job`` here when it is too small to gain from workers, else send its chunks."""
+        if self._run_here(job.cost(0, fut.n)):
+            fut._set(self._run_local(job, fut.n))
             return fut
         try:
-            self._dispatch(fut, actions, states, dt)
+            self._dispatch(fut, job)
         except BaseException as e:
             # Nothing of this batch may leak into the next one: drop its unsent chunks.
             fut._fail(e)
@@ -627,26 +776,29 @@ class BatchEnv:
         return fut
 
     # ------------------------------------------------------------------ dispatch
-    def _run_here(self, n: int, dt: Any) -> bool:
+    def _run_here(self, steps: int) -> bool:
         if not self.small_batch_inline or self._step_s is None or self._rtt_s is None:
-            return n == 0
-        steps = n * dt if isinstance(dt, int) else int(np.sum(dt))
+            return False
         # Parallel wins only when the work saved exceeds a round trip's fixed cost.
         return steps * self._step_s * (1 - 1 / self._n) < 1.5 * self._rtt_s
 
-    def _run_local(self, actions: Any, states: Sequence[State] | None, dt: Any) -> StepBatch:
+    def _run_local(self, job: _Job, n: int) -> Any:
         if self._local is None:
             self._local = PlanEnv(self._factory, adapter=self._adapter_cls)
             if self._state is not None:
                 self._local.set_state(self._state)
-        if len(actions) == 0:
-            return self._local.step_batch(actions, states if states is not None else [], dt)
         self.stats["inline_batches"] += 1
         self.stats["batches"] += 1
-        self.stats["items"] += len(actions)
-        return self._local.step_batch(actions, states, dt)
+        self.stats["items"] += n
+        if job.op == "step_batch":
+            return self._local.step_batch(job.actions, job.states, job.dt, seeds=job.seeds)
+        policy = None if job.extra["policy"] is None else pickle.loads(job.extra["policy"])
+        return self._local.rollout_batch(
+            job.states, job.actions, job.dt, horizon=job.extra["horizon"], policy=policy, seeds=job.seeds,
+            return_all=job.extra["return_all"],
+        )
 
-    def _n_chunks(self, n: int, dt: Any) -> int:
+    def _n_chunks(self, n: int, steps: int) -> int:
         """Chunks for a batch: one per worker, or up to 3 per worker when each would still take >= 1 ms.
 
         More chunks than workers, handed out as workers finish, keep a worker
@@ -655,16 +807,14 @@ class BatchEnv:
         w = self._n
         if self._step_s is None or n < 4 * w:
             return min(n, w)
-        steps = n * dt if isinstance(dt, int) else int(np.sum(dt))
         per_worker = steps * self._step_s / w
         return min(n, w * int(max(1, min(3, per_worker // CHUNK_SECONDS))))
 
-    def _dispatch(self, fut: BatchFuture, actions: Any, states: Sequence[State] | None, dt: Any) -> None:
+    def _dispatch(self, fut: BatchFuture, job: _Job) -> None:
         n = fut.n
-        fut.pending.extend(split_by_cost(dt, n, self._n_chunks(n, dt)))
-        fut._inputs = (actions, states, dt, isinstance(actions, np.ndarray) and not actions.dtype.hasobject,
-                       self._state if states is None else None)
-        fut._finisher = self._finish
+        fut.pending.extend(split_by_cost(job.dt, n, self._n_chunks(n, job.cost(0, n))))
+        fut.job = job
+        fut._finisher = self._finish if job.op == "step_batch" else self._finish_rollout
         self._futures.append(fut)
         # Two chunks queued per worker at most: a worker never waits for the parent.
         for _ in range(2):
@@ -676,12 +826,13 @@ class BatchEnv:
 
     def _feed_one(self, fut: BatchFuture, wi: int) -> None:
         lo, hi = fut.pending.popleft()
-        actions, states, dt, act_arr, needs = fut._inputs
-        if needs is not None:
-            self._ensure_holds(wi, needs, fut)
-        req, slab = self._encode(actions, states, dt, lo, hi, act_arr)
-        cost = dt * (hi - lo) if isinstance(dt, int) else int(np.sum(dt[lo:hi]))
-        part = _Part(Call(self._next_id(), "step_batch", (req,)), wi, lo, hi, fut, slab, cost=cost, needs=needs)
+        job = fut.job
+        assert job is not None
+        if job.needs is not None:
+            self._ensure_holds(wi, job.needs, fut)
+        req, slab = self._encode(job, lo, hi)
+        part = _Part(Call(self._next_id(), job.op, (req,)), wi, lo, hi, fut, slab, cost=job.cost(lo, hi),
+                     needs=job.needs)
         fut.parts.append(part)
         self._send(part)
 
@@ -694,23 +845,35 @@ class BatchEnv:
                 self._feed_one(fut, wi)
                 return
 
-    def _encode(self, actions: Any, states: Any, dt: Any, lo: int, hi: int, act_arr: bool) -> tuple[dict, Any]:
+    def _encode(self, job: _Job, lo: int, hi: int) -> tuple[dict, Any]:
+        """The request of chunk lo..hi: arrays into a shared-memory slab where they fit, the rest pickled.
+
+        The request format is documented on the worker's ops
+        (:meth:`~plan_parallel.workers.process._Server.op_step_batch`, ``op_rollout_batch``).
+        """
         m = hi - lo
-        sub_states = None if states is None else states[lo:hi]
-        est_in = (actions[lo:hi].nbytes if act_arr else 0) + 8 * m + 128
+        actions, dt, seeds = job.actions, job.dt, job.seeds
+        sub_states = None if job.states is None else job.states[lo:hi]
+        with_obs = job.op == "rollout_batch" and actions is None  # a policy reads the start observation
+        est_in = (actions[lo:hi].nbytes if job.act_arr else 0) + 16 * m + 128
         if sub_states is not None and isinstance(sub_states[0].sim, np.ndarray):
             est_in += sub_states[0].sim.nbytes * m
-        est_out = self._out_per_item * m or self._guess_out(sub_states) * m
-        slab = self._pool.acquire(est_in + est_out + 256)
+        per_out = self._out_per_item.get(job.op) or self._guess_out(sub_states) * (
+            1 + (job.steps_per_item if job.extra.get("return_all") else 0))
+        # No shared memory on Ray (the actor may be on another machine): arrays go in the pickle.
+        slab = self._pool.acquire(est_in + per_out * m + 256) if self.backend == "process" else None
         w = ArrayWriter(slab)
-        req: dict[str, Any] = {"n": m, "slab": slab.name, "slab_size": slab.size, "actions": None, "dt": None}
-        if not (act_arr and w.put_array("actions", actions[lo:hi])):
+        req: dict[str, Any] = {"n": m, "slab": slab and slab.name, "slab_size": slab and slab.size,
+                               "actions": None, "dt": None, "seeds": None, "first_index": lo, **job.extra}
+        if actions is not None and not (job.act_arr and w.put_array("actions", actions[lo:hi])):
             req["actions"] = actions[lo:hi]
         if isinstance(dt, int):
             req["dt"] = dt
         elif not w.put_array("dt", dt[lo:hi]):
             req["dt"] = dt[lo:hi]
-        req["states"] = None if sub_states is None else pack_states(sub_states, w, "in_", with_obs=False)
+        if seeds is not None and not w.put_array("seeds", seeds[lo:hi]):
+            req["seeds"] = seeds[lo:hi]
+        req["states"] = None if sub_states is None else pack_states(sub_states, w, "in_", with_obs=with_obs)
         req["layout"] = w.layout
         req["out_offset"] = -(-w.pos // 64) * 64
         return req, slab
@@ -726,6 +889,19 @@ class BatchEnv:
         obs_bytes = int(np.prod(obs)) * np.dtype(dtype).itemsize if obs and dtype is not None else 0
         return sim + obs_bytes + 64
 
+    def _chunks(self, fut: BatchFuture) -> list[tuple[_Part, dict, dict]]:
+        """The batch's chunk replies in input order, with their slab columns read (and slabs released)."""
+        out = []
+        for part in sorted((p for p in fut.parts if p.call.op == fut.job.op), key=lambda p: p.lo):  # type: ignore[union-attr]
+            rep = part.reply.value  # type: ignore[union-attr]
+            cols = read_columns(part.slab, rep["layout"])
+            m = part.hi - part.lo
+            op = part.call.op
+            self._out_per_item[op] = max(self._out_per_item.get(op, 0), -(-rep["needed"] // m) + 64)
+            self._release(part)
+            out.append((part, rep, cols))
+        return out
+
     def _finish(self, fut: BatchFuture) -> StepBatch:
         n = fut.n
         obs_arr: np.ndarray | None = None
@@ -735,15 +911,8 @@ class BatchEnv:
         terms = np.empty(n, dtype=bool)
         truncs = np.empty(n, dtype=bool)
         infos: list = []
-        env_s = 0.0
-        chunks = sorted((p for p in fut.parts if p.call.op == "step_batch"), key=lambda p: p.lo)
-        for part in chunks:
-            rep = part.reply.value  # type: ignore[union-attr]
-            env_s = max(env_s, part.reply.env_seconds)  # type: ignore[union-attr]
+        for part, rep, cols in self._chunks(fut):
             lo, hi, m = part.lo, part.hi, part.hi - part.lo
-            cols = read_columns(part.slab, rep["layout"])
-            self._out_per_item = max(self._out_per_item, -(-rep["needed"] // m) + 64)
-            self._release(part)
             rewards[lo:hi] = rep["rewards"]
             terms[lo:hi] = rep["terminations"]
             truncs[lo:hi] = rep["truncations"]
@@ -782,16 +951,48 @@ class BatchEnv:
             for s, o in zip(states, obs_list):  # type: ignore[arg-type]
                 s.obs = o
             observations = stack_observations(self.observation_space, obs_list)  # type: ignore[arg-type]
-        wall = time.perf_counter() - fut.started
-        self.stats["env_seconds"] += sum(p.reply.env_seconds for p in fut.parts)  # type: ignore[union-attr]
-        self.stats["ipc_seconds"] += max(0.0, wall - env_s)
-        over = max(0.0, wall - env_s)  # the fixed cost of this call, learned for small batches
-        self._rtt_s = over if self._rtt_s is None else 0.8 * self._rtt_s + 0.2 * over
-        total_steps = int(sum(i["n_steps"] for i in infos))
-        if total_steps:
-            per = sum(p.reply.env_seconds for p in fut.parts) / total_steps  # type: ignore[union-attr]
-            self._step_s = per if self._step_s is None else 0.8 * self._step_s + 0.2 * per
+        self._account(fut, int(sum(i["n_steps"] for i in infos)))
         return StepBatch(states, observations, rewards, terms, truncs, infos)
+
+    def _finish_rollout(self, fut: BatchFuture) -> RolloutBatch:
+        states: list[State] = []
+        obs: list = []
+        rewards, terms, truncs, n_steps, infos = [], [], [], [], []
+        all_states: list | None = [] if fut.job.extra["return_all"] else None  # type: ignore[union-attr]
+        all_obs: list | None = [] if all_states is not None else None
+        horizon = fut.job.extra["horizon"]  # type: ignore[union-attr]
+        for part, rep, cols in self._chunks(fut):
+            m = part.hi - part.lo
+            chunk_states = _with_obs(unpack_states(rep["states"], cols, "", m), _rows(cols, rep, "obs"))
+            states.extend(chunk_states)
+            obs.extend(s.obs for s in chunk_states)
+            rewards.append(rep["rewards"])
+            terms.extend(rep["terminations"].tolist())
+            truncs.extend(rep["truncations"].tolist())
+            n_steps.extend(rep["n_steps"].tolist())
+            infos.extend(unpack_infos(rep["infos"], m))
+            if all_states is not None:
+                flat = _with_obs(unpack_states(rep["all_states"], cols, "all_", m * horizon),
+                                 _rows(cols, rep, "all_obs"))
+                all_states.extend(flat[k * horizon:(k + 1) * horizon] for k in range(m))
+                all_obs.extend([s.obs for s in row] for row in all_states[-m:])  # type: ignore[union-attr]
+        rew = np.concatenate(rewards) if rewards else np.zeros((0, horizon), dtype=np.float64)
+        self._account(fut, int(sum(n_steps)))
+        return to_rollout_batch(self.observation_space, RolloutParts(
+            states, obs, rew, terms, truncs, n_steps, infos, all_states, all_obs))
+
+    def _account(self, fut: BatchFuture, total_steps: int) -> None:
+        """Telemetry, and the step time and fixed call cost that size chunks and small batches."""
+        env_each = [p.reply.env_seconds for p in fut.parts]  # type: ignore[union-attr]
+        env_s = max(env_each, default=0.0)
+        wall = time.perf_counter() - fut.started
+        self.stats["env_seconds"] += sum(env_each)
+        over = max(0.0, wall - env_s)  # the fixed cost of this call, learned for small batches
+        self.stats["ipc_seconds"] += over
+        self._rtt_s = over if self._rtt_s is None else 0.8 * self._rtt_s + 0.2 * over
+        if total_steps:
+            per = sum(env_each) / total_steps
+            self._step_s = per if self._step_s is None else 0.8 * self._step_s + 0.2 * per
 
     # ------------------------------------------------------------------ closing
     def close(self) -> None:
@@ -813,7 +1014,7 @@ class BatchEnv:
         self._shutdown(1.0)
 
     def _shutdown(self, timeout: float) -> None:
-        for w in self._workers:
+        for w in self._workers if self.backend == "process" else ():  # a Ray actor is killed by close()
             try:
                 w.send(Call(-1, "close"))
             except (OSError, EOFError, ValueError):
@@ -839,4 +1040,5 @@ class BatchEnv:
                 log.debug("plan_parallel: close() in __del__ failed", exc_info=True)
 
     def __repr__(self) -> str:
-        return f"BatchEnv({self._factory!r}, n_workers={self._n}, context={self.context!r})"
+        where = f"context={self.context!r}" if self.backend == "process" else "backend='ray'"
+        return f"BatchEnv({self._factory!r}, n_workers={self._n}, {where})"

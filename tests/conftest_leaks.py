@@ -52,10 +52,17 @@ def live_children() -> dict[tuple[int, float], str]:
             cmd = " ".join(p.cmdline())
             if p.ppid() == me.pid and any(h in cmd for h in HELPERS):
                 continue
+            if _is_ray(p.name(), cmd):
+                continue  # the session's Ray instance and its pooled workers (started once, stopped at exit)
             out[(p.pid, p.create_time())] = f"pid {p.pid} ({p.name()}: {cmd[:120]})"
         except (psutil.NoSuchProcess, psutil.ZombieProcess):
             continue
     return out
+
+
+def _is_ray(name: str, cmd: str) -> bool:
+    """A process of the local Ray instance: its daemons, agents and (pooled or actor) workers."""
+    return name in ("raylet", "gcs_server") or cmd.startswith("ray::") or "/site-packages/ray/" in cmd
 
 
 def shm_segments(pid: int | None = None) -> set[str]:

@@ -32,7 +32,13 @@ from tests.helpers import assert_batches_equal, assert_tree_equal, sample_action
 pytest_plugins = ["tests.conftest_leaks"]
 pytestmark = pytest.mark.usefixtures("no_leaks_module", "no_leaks")
 
-BACKENDS = ["inline", "process"]
+try:
+    import ray  # noqa: F401 - the ray extra: its backend runs the same suite
+
+    BACKENDS = ["inline", "process", "ray"]
+except ImportError:
+    BACKENDS = ["inline", "process"]
+PARALLEL = [b for b in BACKENDS if b != "inline"]
 
 # key -> (env id or class, env kwargs)
 ENVS: dict[str, tuple[Any, dict]] = {

@@ -1,13 +1,10 @@
 """rollout_batch and per-item seeds: rollouts equal chained step_batch calls, policies, sampling.
 
-The backend-agnostic tests run on the ``backend`` fixture ("inline", "process")
-and compare against the inline backend. Until ``BatchEnv`` gains
-``rollout_batch`` (and ``step_batch(seeds=)``), its params are expected to fail
-(non-strict xfail), so they run for real as soon as it is wired.
+The backend-agnostic tests run on the ``backend`` fixture (inline, process, and
+ray when it is installed) and compare against the inline backend.
 """
 from __future__ import annotations
 
-import inspect
 import pickle
 import threading
 from typing import Any, Callable, Iterator
@@ -17,24 +14,19 @@ import pytest
 from gymnasium import spaces
 
 import plan_parallel as pp
-from plan_parallel.batch import BatchEnv
 from plan_parallel.errors import StateError
 from plan_parallel.loops import UniformPolicy
 from plan_parallel.state import State
 from tests.envs import CounterEnv, DictObsEnv
 from tests.helpers import assert_tree_equal, sample_actions
 
-HAS_ROLLOUT = hasattr(BatchEnv, "rollout_batch")
-HAS_STEP_SEEDS = "seeds" in inspect.signature(BatchEnv.step_batch).parameters
+try:
+    import ray  # noqa: F401 - the ray extra: its backend runs the same tests
 
-
-def _backends(wired: bool, what: str) -> list:
-    mark = () if wired else pytest.mark.xfail(reason=f"BatchEnv.{what} not wired yet", strict=False)
-    return ["inline", pytest.param("process", marks=mark)]
-
-
-ROLLOUT_BACKENDS = _backends(HAS_ROLLOUT, "rollout_batch")
-SEEDS_BACKENDS = _backends(HAS_STEP_SEEDS, "step_batch(seeds=)")
+    ROLLOUT_BACKENDS = ["inline", "process", "ray"]
+except ImportError:
+    ROLLOUT_BACKENDS = ["inline", "process"]
+SEEDS_BACKENDS = ROLLOUT_BACKENDS
 
 # key -> (env id or class, env kwargs)
 ENVS: dict[str, tuple[Any, dict]] = {

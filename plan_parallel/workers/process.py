@@ -329,28 +329,55 @@ def _parent_alive(parent_pid: int, first_ppid: int) -> bool:
     return True
 
 
+def build_server(blob: bytes) -> tuple["_Server", dict]:
+    """Build the env from a cloudpickled ``(factory, adapter)``; returns the server and its ready info.
+
+    Shared by every backend's worker (a process here, a Ray actor in :mod:`.ray_actor`).
+    """
+    factory, adapter = pickle.loads(blob)
+    from plan_parallel.env import PlanEnv
+
+    env = PlanEnv(factory, adapter=adapter)
+    ready = {
+        "observation_space": env.observation_space,
+        "action_space": env.action_space,
+        "kind": env.kind,
+        "spec": env.spec,
+        "reseedable": env.reseedable,
+        "pid": os.getpid(),
+    }
+    return _Server(env), ready
+
+
+def serve(server: "_Server", call: Call) -> bytes:
+    """Run one call on ``server``; the pickled :class:`Reply` (env errors travel inside it)."""
+    fn = getattr(server, "op_" + call.op, None) if call.op in OPS and call.op != "close" else None
+    t0 = time.perf_counter()
+    if fn is None:
+        reply = Reply(call.id, error=remote_error(RuntimeError(
+            f"plan_parallel bug: worker got unknown op {call.op!r}; allowed: {sorted(OPS)}")))
+    else:
+        try:
+            reply = Reply(call.id, fn(*call.args))
+        except BaseException as e:  # noqa: BLE001 - env errors travel back with their traceback
+            reply = Reply(call.id, error=remote_error(e, getattr(e, "_pp_item", None)))
+    reply.env_seconds = time.perf_counter() - t0
+    try:
+        return pickle.dumps(reply, PROTOCOL)
+    except Exception as e:  # noqa: BLE001 - an unpicklable result is reported, not fatal
+        return pickle.dumps(Reply(call.id, error=remote_error(e)), PROTOCOL)
+
+
 def worker_main(conn: Connection, blob: bytes, index: int, parent_pid: int) -> None:
     """Entry point of a worker process."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
     first_ppid = os.getppid()  # the parent, or the forkserver that forked this process
     try:
-        factory, adapter = pickle.loads(blob)
-        from plan_parallel.env import PlanEnv
-
-        env = PlanEnv(factory, adapter=adapter)
-        ready = {
-            "observation_space": env.observation_space,
-            "action_space": env.action_space,
-            "kind": env.kind,
-            "spec": env.spec,
-            "pid": os.getpid(),
-        }
+        server, ready = build_server(blob)
         conn.send_bytes(pickle.dumps(Reply(0, ready), PROTOCOL))
     except BaseException as e:  # noqa: BLE001 - reported to the parent, then exit
         conn.send_bytes(pickle.dumps(Reply(0, error=remote_error(e)), PROTOCOL))
         return
-    server = _Server(env)
-    handlers = {op: getattr(server, "op_" + op) for op in OPS if op != "close"}
     poller = select.poll()
     poller.register(conn.fileno(), select.POLLIN)
     while True:
@@ -364,24 +391,10 @@ def worker_main(conn: Connection, blob: bytes, index: int, parent_pid: int) -> N
             return  # the parent closed the pipe or died
         if call.op == "close":
             break
-        fn = handlers.get(call.op)
-        t0 = time.perf_counter()
-        if fn is None:
-            reply = Reply(call.id, error=remote_error(RuntimeError(
-                f"plan_parallel bug: worker got unknown op {call.op!r}; allowed: {sorted(OPS)}")))
-        else:
-            try:
-                reply = Reply(call.id, fn(*call.args))
-            except BaseException as e:  # noqa: BLE001 - env errors travel back with their traceback
-                reply = Reply(call.id, error=remote_error(e, getattr(e, "_pp_item", None)))
-        reply.env_seconds = time.perf_counter() - t0
-        try:
-            data = pickle.dumps(reply, PROTOCOL)
-        except Exception as e:  # noqa: BLE001 - an unpicklable result is reported, not fatal
-            data = pickle.dumps(Reply(call.id, error=remote_error(e)), PROTOCOL)
+        data = serve(server, call)
         try:
             conn.send_bytes(data)
         except (EOFError, OSError):
             return
     server.forget(list(server.slabs))
-    env.close()
+    server.env.close()
