@@ -23,7 +23,7 @@ __all__ = ["add_bench_arguments", "run_bench", "make_workload", "hand_loop"]
 
 
 def add_bench_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--suite", choices=["inline", "process", "all"], default="all")
+    p.add_argument("--suite", choices=[*SUITES, "all"], default="all")
     p.add_argument("--repeats", type=int, default=7, help="alternating runs per figure (median)")
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--quick", action="store_true", help="small batches and few repeats (a smoke run)")
@@ -152,16 +152,30 @@ def _to_native(env_id: str, pe: Any, state: Any) -> Any:
     return NATIVE[env_id](pe.gym_env)[0]()
 
 
+def _suite_process(repeats: int, quick: bool, workers: int) -> list[str]:
+    from plan_parallel.bench_process import bench_process
+
+    return bench_process(repeats, quick, workers)
+
+
+def _suite_rollout(repeats: int, quick: bool, workers: int) -> list[str]:
+    from plan_parallel.bench_rollout import bench_rollout
+
+    return bench_rollout(repeats, quick, workers)
+
+
+# name -> fn(repeats, quick, workers) -> lines; "all" runs them in this order.
+SUITES: dict[str, Callable[[int, bool, int], list[str]]] = {
+    "inline": lambda repeats, quick, workers: bench_inline(repeats, quick),
+    "process": _suite_process,
+    "rollout": _suite_rollout,
+}
+
+
 def run_bench(args: argparse.Namespace) -> int:
     repeats = 3 if args.quick else args.repeats
-    suites = ["inline", "process"] if args.suite == "all" else [args.suite]
+    suites = list(SUITES) if args.suite == "all" else [args.suite]
     for suite in suites:
-        if suite == "inline":
-            lines = bench_inline(repeats, args.quick)
-        else:
-            from plan_parallel.bench_process import bench_process
-
-            lines = bench_process(repeats, args.quick, args.workers)
-        print("\n".join(lines), flush=True)
+        print("\n".join(SUITES[suite](repeats, args.quick, args.workers)), flush=True)
         print()
     return 0
