@@ -26,6 +26,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "make",
+    "make_vec",
     "check_clonable",
     "PlanEnv",
     "EnvFactory",
@@ -110,6 +111,16 @@ def make(
         address=address,
         worker_options=worker_options,
     )
+
+
+def make_vec(env: str | Callable[..., Any], num_envs: int = 1, **kwargs: Any):
+    """A ``gymnasium.vector.VectorEnv`` of ``num_envs`` sub-envs over the planning workers.
+
+    See :func:`plan_parallel.vector.make_vec` for the arguments.
+    """
+    from plan_parallel.vector import make_vec as _make_vec
+
+    return _make_vec(env, num_envs, **kwargs)
 
 
 def check_clonable(env: str | Callable[..., Any], **kwargs: Any):

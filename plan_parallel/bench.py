@@ -164,11 +164,18 @@ def _suite_rollout(repeats: int, quick: bool, workers: int) -> list[str]:
     return bench_rollout(repeats, quick, workers)
 
 
+def _suite_vector(repeats: int, quick: bool, workers: int) -> list[str]:
+    from plan_parallel.bench_vector import bench_vector
+
+    return bench_vector(repeats, quick, workers)
+
+
 # name -> fn(repeats, quick, workers) -> lines; "all" runs them in this order.
 SUITES: dict[str, Callable[[int, bool, int], list[str]]] = {
     "inline": lambda repeats, quick, workers: bench_inline(repeats, quick),
     "process": _suite_process,
     "rollout": _suite_rollout,
+    "vector": _suite_vector,
 }
 
 

@@ -1,0 +1,87 @@
+"""``plan-parallel bench --suite vector``: make_vec against gymnasium's SyncVectorEnv and AsyncVectorEnv.
+
+Each env runs ``N_ENVS`` sub-envs with the same pre-drawn random actions;
+make_vec uses ``workers`` process workers: by default (small batches may run in
+this process when the process backend judges them too small to gain from
+workers), with every batch on the workers (``no-inline``), and the inline
+backend (the cost of the state protocol and of the vector layer alone). Figures are env steps per second
+(vector steps x N_ENVS), the median over ``repeats`` alternating runs; each
+ratio is the median of the per-run ratios to SyncVectorEnv measured side by side.
+"""
+from __future__ import annotations
+
+import statistics
+import time
+from typing import Any, Callable
+
+import numpy as np
+
+__all__ = ["bench_vector", "CASES", "N_ENVS"]
+
+N_ENVS = 8
+# (label, env id, kwargs, vector steps per run, quick vector steps): Pong with its RGB observations.
+CASES = [
+    ("CartPole-v1", "CartPole-v1", {}, 400, 100),
+    ("Pong RGB", "ALE/Pong-v5", {}, 60, 15),
+]
+
+
+def _runner(venv: Any, actions: np.ndarray) -> Callable[[], float]:
+    """A function that steps ``venv`` through ``actions`` and returns the seconds it took."""
+
+    def run() -> float:
+        t0 = time.perf_counter()
+        for a in actions:
+            venv.step(a)
+        return time.perf_counter() - t0
+
+    return run
+
+
+def bench_vector(repeats: int, quick: bool, workers: int) -> list[str]:
+    import gymnasium as gym
+
+    import plan_parallel as pp
+    from plan_parallel.bench_process import parallel_ceiling
+    from plan_parallel.factory import EnvFactory
+
+    lines = [
+        f"make_vec (process, W={workers}) vs gymnasium vector envs, {N_ENVS} envs, env steps/s "
+        f"(median of {repeats} alternating runs; ratio = median per-run ratio to SyncVectorEnv)",
+        "the machine has 2 cores shared with other work: ratios move with its load (see the ceiling)",
+        f"parallel ceiling now: {workers} busy processes run {parallel_ceiling(workers):.2f}x one",
+        f"{'env':<12} {'vector env':<28} {'steps/s':>10} {'x Sync':>7}",
+    ]
+    for label, env_id, kw, steps, quick_steps in CASES:
+        n_steps = quick_steps if quick else steps
+        fns = [EnvFactory(env_id, kw) for _ in range(N_ENVS)]
+        venvs: dict[str, Any] = {}
+        try:
+            venvs["SyncVectorEnv"] = gym.vector.SyncVectorEnv(fns)
+            venvs["AsyncVectorEnv (shm)"] = gym.vector.AsyncVectorEnv(fns, shared_memory=True)
+            venvs[f"make_vec W={workers}"] = pp.make_vec(env_id, N_ENVS, n_workers=workers, **kw)
+            venvs[f"make_vec W={workers} no-inline"] = pp.make_vec(
+                env_id, N_ENVS, n_workers=workers, small_batch_inline=False, **kw)
+            venvs["make_vec inline"] = pp.make_vec(env_id, N_ENVS, backend="inline", **kw)
+            space = venvs["SyncVectorEnv"].action_space
+            space.seed(0)
+            actions = np.array([space.sample() for _ in range(n_steps)])
+            runs = {}
+            for name, v in venvs.items():
+                v.reset(seed=0)
+                runs[name] = _runner(v, actions)
+                runs[name]()  # warm-up: first steps, and make_vec's cost estimates
+            times: dict[str, list[float]] = {k: [] for k in runs}
+            for _ in range(repeats):
+                for k, run in runs.items():
+                    times[k].append(run())
+            sync = times["SyncVectorEnv"]
+            for k, ts in times.items():
+                rate = n_steps * N_ENVS / statistics.median(ts)
+                ratio = statistics.median(s / t for s, t in zip(sync, ts))
+                lines.append(f"{label:<12} {k:<28} {rate:>10,.0f} {ratio:>7.2f}")
+        finally:
+            for v in venvs.values():
+                v.close()
+    lines.append(f"parallel ceiling at the end: {parallel_ceiling(workers):.2f}x")
+    return lines
