@@ -94,9 +94,20 @@ class _Step(NamedTuple):
     resets: dict
 
 
-def _still_running(exc: BaseException, fut: Any) -> bool:
-    """Whether ``exc`` from ``fut.result(timeout)`` only says "not done yet" (an env may raise TimeoutError too)."""
-    return isinstance(exc, TimeoutError) and not isinstance(exc, WorkerTimeoutError) and not fut.done()
+def _wait(fut: Any, timeout: float | None) -> bool:
+    """Wait up to ``timeout`` for ``fut``: True when it finished, False when it is still running.
+
+    Its failure raises (an env's own TimeoutError and WorkerTimeoutError too:
+    ``result`` raises TimeoutError both for "not done yet" and for those).
+    """
+    try:
+        fut.result(timeout)
+        return True
+    except TimeoutError as exc:
+        if isinstance(exc, WorkerTimeoutError) or fut.done():
+            fut.result(0)  # finished since (returns) or failed (raises its error)
+            return True
+        return False
 
 
 def _same_value(a: Any, b: Any) -> bool:
@@ -438,11 +449,14 @@ class PlanVectorEnv(VectorEnv):
         if step is None:
             raise NoAsyncCallError("step_wait: no step_async is pending", "step")
         try:
-            batch = step.fut.result(timeout)
-        except BaseException as exc:
-            if not _still_running(exc, step.fut):
-                self._pending = None  # the step failed: dropped
+            done = _wait(step.fut, timeout)
+        except BaseException:
+            self._pending = None  # the step failed: dropped
             raise
+        if not done:
+            raise TimeoutError(f"step_wait: the step is not done after {timeout} s; it stays pending "
+                               "(call step_wait again, or reset to drop it)")
+        batch = step.fut.result(0)
         self._pending = None
         results = self._results(step, batch)
         n = self.num_envs
@@ -565,11 +579,10 @@ class PlanVectorEnv(VectorEnv):
                                    "the rest are still running")
             head = self._groups[0]
             try:
-                head.fut.result(_RECV_SLICE if left is None else min(left, _RECV_SLICE))
-            except BaseException as exc:
-                if not _still_running(exc, head.fut):
-                    self._drop(head)
-                    raise
+                _wait(head.fut, _RECV_SLICE if left is None else min(left, _RECV_SLICE))
+            except BaseException:
+                self._drop(head)
+                raise
             self._collect()
         ids = [self._ready.popitem(last=False) for _ in range(k)]
         env_ids = np.array([i for i, _ in ids], dtype=np.int64)
