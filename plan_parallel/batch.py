@@ -56,6 +56,7 @@ from plan_parallel.workers.process import SPIN_SECONDS, ExternalProcess, default
 
 __all__ = ["BatchEnv", "BatchFuture", "split_by_cost"]
 
+EXPLORE_EVERY = 32  # small batches run here in a row before one goes to the workers to re-measure
 CHUNK_SECONDS = 1e-3  # below this, a chunk's fixed cost is a large share of its time
 
 log = logging.getLogger("plan_parallel")
@@ -292,6 +293,7 @@ class BatchEnv:
         self._out_per_item: dict[str, int] = {}  # output bytes per item, learned per op
         self._step_s: float | None = None  # measured seconds per env step in a worker
         self._rtt_s: float | None = None  # measured fixed cost of a worker call
+        self._here_streak = 0  # small batches run in this process since the last worker call
         self._broken: str | None = None
         self._poll: Any = None
         self._futures: deque[BatchFuture] = deque()  # batches with chunks not sent yet
@@ -780,7 +782,16 @@ class BatchEnv:
         if not self.small_batch_inline or self._step_s is None or self._rtt_s is None:
             return False
         # Parallel wins only when the work saved exceeds a round trip's fixed cost.
-        return steps * self._step_s * (1 - 1 / self._n) < 1.5 * self._rtt_s
+        here = steps * self._step_s * (1 - 1 / self._n) < 1.5 * self._rtt_s
+        if here:
+            # The figures are learned from worker calls only: send one batch in
+            # EXPLORE_EVERY to the workers anyway, so a noisy early measurement
+            # (a loaded machine) does not keep every later batch here for good.
+            self._here_streak += 1
+            if self._here_streak >= EXPLORE_EVERY:
+                self._here_streak = 0
+                return False
+        return here
 
     def _run_local(self, job: _Job, n: int) -> Any:
         if self._local is None:

@@ -487,4 +487,6 @@ def stack_observations(space: spaces.Space, obs: list) -> Any:
     from gymnasium.vector.utils import concatenate, create_empty_array
 
     out = create_empty_array(space, n=len(obs))
+    if not obs:
+        return out  # concatenate cannot stack zero items
     return concatenate(space, obs, out)

@@ -667,3 +667,26 @@ def test_close_is_idempotent_and_every_call_raises_after(backend: str) -> None:
             call()
     with env:  # a context manager on a closed env is fine, and closes nothing more
         pass
+
+
+# =========================================================================== small batches in this process
+@pytest.mark.parametrize("backend", ["inline", *PARALLEL])
+def test_empty_batch_with_dict_observations(shared_envs: Make, backend: str) -> None:
+    env = shared_envs("dict-obs", backend)
+    env.reset(seed=0)
+    b = env.step_batch(np.empty((0,) + env.action_space.shape, dtype=env.action_space.dtype), states=[])
+    assert set(b.observations) == set(env.observation_space.spaces)
+    assert all(len(v) == 0 for v in b.observations.values())
+
+
+@pytest.mark.timeout(60)
+def test_a_noisy_first_measurement_does_not_keep_small_batches_here_for_good() -> None:
+    """After a round trip measured as absurdly slow, small batches still reach the workers now and then."""
+    with pp.make(CounterEnv, n_workers=2, horizon=30) as env:
+        s = env.reset(seed=0)[0]
+        env.step_batch(np.array([0, 1]), states=[s, s])
+        env._rtt_s = 1.0  # as if the machine had been swamped during the first calls
+        for _ in range(40):
+            env.step_batch(np.array([0, 1]), states=[s, s])
+        assert env.stats["inline_batches"] < 40, "every small batch ran in the parent"
+        assert env._rtt_s < 1.0, "the round-trip figure was never measured again"
