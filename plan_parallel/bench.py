@@ -170,12 +170,19 @@ def _suite_vector(repeats: int, quick: bool, workers: int) -> list[str]:
     return bench_vector(repeats, quick, workers)
 
 
+def _suite_ray(repeats: int, quick: bool, workers: int) -> list[str]:
+    from plan_parallel.bench_ray import bench_ray
+
+    return bench_ray(repeats, quick, workers)
+
+
 # name -> fn(repeats, quick, workers) -> lines; "all" runs them in this order.
 SUITES: dict[str, Callable[[int, bool, int], list[str]]] = {
     "inline": lambda repeats, quick, workers: bench_inline(repeats, quick),
     "process": _suite_process,
     "rollout": _suite_rollout,
     "vector": _suite_vector,
+    "ray": _suite_ray,
 }
 
 

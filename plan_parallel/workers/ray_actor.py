@@ -3,15 +3,16 @@
 Imported only for ``backend="ray"``: importing plan_parallel never imports ray.
 
 The actor builds its env from the cloudpickled factory (as a worker process
-does) and answers pickled :class:`Call` messages with pickled :class:`Reply`
-messages through :func:`~plan_parallel.workers.process.serve`, so env errors
-come back with their own type and remote traceback. Ray's own restarts and
-task retries are off (``max_restarts=0, max_task_retries=0``): a restarted actor
-would re-run calls against a fresh env. plan_parallel replaces dead actors
-itself and resends their chunks, which carry their states.
+does) and answers pickled :class:`Call` messages with :class:`Reply` messages
+(the ops of :mod:`plan_parallel.workers.process`), so env errors come back with
+their own type and remote traceback. A reply travels as a pickle plus its
+arrays out-of-band (:func:`_pack`), which Ray moves without pickling them.
+Ray's own restarts and task retries are off (``max_restarts=0,
+max_task_retries=0``): a restarted actor would re-run calls against a fresh
+env. plan_parallel replaces dead actors itself and resends their chunks, which
+carry their states.
 
-Arrays travel inside the pickled reply (no shared-memory slab: the actor may be
-on another machine).
+No shared-memory slab: the actor may be on another machine.
 """
 from __future__ import annotations
 
@@ -19,6 +20,8 @@ import atexit
 import logging
 import os
 import pickle
+import re
+import socket
 import tempfile
 import time
 from collections import deque
@@ -27,7 +30,7 @@ from typing import Any
 
 from plan_parallel.errors import WorkerCrashedError, WorkerTimeoutError
 from plan_parallel.transport import PROTOCOL
-from plan_parallel.workers.base import Call, Reply, reraise
+from plan_parallel.workers.base import OPS, Call, Reply, remote_error, reraise
 
 __all__ = ["RayWorker", "SharedArg", "connect", "ray_wait"]
 
@@ -55,30 +58,73 @@ def connect(address: str | None) -> bool:
     """Make sure this process is connected to Ray; True when plan_parallel made the connection.
 
     * Already connected (the user called ``ray.init``): that connection is used
-      as it is, and plan_parallel never shuts it down.
+      as it is, and plan_parallel never shuts it down. A process holds one Ray
+      connection: asking for a cluster while plan_parallel's own private instance
+      is the connection raises ``ConnectionError`` rather than silently running there.
     * ``address`` given (``"auto"``, ``"host:port"``, ``"ray://..."``): join that cluster.
-    * Neither: start a private local instance (``address="local"``: never attach to
-      a cluster found through ``RAY_ADDRESS``) with no dashboard, no usage stats
-      and worker logs kept out of the driver. It is shut down when the
+      A ``host:port`` where nothing listens fails within seconds (Ray itself
+      retries for minutes).
+    * Neither (or ``address="local"``): start a private local instance (never attach
+      to a cluster found through ``RAY_ADDRESS``) with no dashboard, no usage
+      stats, worker logs kept out of the driver, and actors at normal priority
+      (Ray's default is nice 15). It is shut down when the
       interpreter exits, so several envs share one instance.
+
+    Raises:
+        ConnectionError: no Ray cluster answers at ``address``, or this process is
+            already connected to plan_parallel's private instance.
+        ValueError: ``address`` is malformed (Ray's own message, naming the address).
+        ImportError: Ray is not installed.
     """
+    global _PRIVATE
     ray = _ray()
+    if address == "local":
+        address = None
     if ray.is_initialized():
+        if address is not None and _PRIVATE:
+            raise ConnectionError(
+                f'backend="ray" with address={address!r}: this process is already connected to the private '
+                "local Ray instance plan_parallel started for an earlier env (address=None), and a process "
+                "holds one Ray connection. Use address=None here, or join the cluster from a fresh process."
+            )
         return False
     for k, v in _QUIET_ENV.items():
         os.environ.setdefault(k, v)
     if address is not None:
-        ray.init(address=address, log_to_driver=False, logging_level="ERROR")
+        _probe(address)
+        try:
+            ray.init(address=address, log_to_driver=False, logging_level="ERROR")
+        except (ConnectionError, ValueError) as e:
+            raise type(e)(f'backend="ray" could not join the Ray cluster at address={address!r}: {e}') from e
     else:
-        global _PRIVATE
-        _PRIVATE = True
         ray.init(
             address="local", num_cpus=os.cpu_count() or 1, num_gpus=0, include_dashboard=False, log_to_driver=False,
             logging_level="ERROR", object_store_memory=256 * 2**20,
             _temp_dir=tempfile.mkdtemp(prefix="rt-", dir="/tmp"),  # short: socket paths < 107 bytes
+            # Ray runs workers at nice 15; the actors are the compute here (as process
+            # workers, which run at nice 0), and on a shared machine nice 15 starves them.
+            _system_config={"worker_niceness": 0},
         )
+        _PRIVATE = True
     atexit.register(_shutdown)
     return True
+
+
+def _probe(address: str, timeout: float = 5.0) -> None:
+    """Fail fast when nothing listens at a ``host:port`` address (Ray would retry for minutes)."""
+    if "://" in address or address == "auto":
+        return
+    host, sep, port = address.rpartition(":")
+    if not sep or not host or not port.isdigit():
+        return  # Ray names the malformed address itself
+    try:
+        socket.create_connection((host, int(port)), timeout=timeout).close()
+    except OSError as e:
+        raise ConnectionError(
+            f'backend="ray" could not join the Ray cluster at address={address!r}: nothing answers there '
+            f"({e}). Start a head with `ray start --head --port={port}`, or pass address=None for a "
+            "private local instance."
+        ) from e
 
 
 def _shutdown() -> None:
@@ -98,7 +144,6 @@ class _Actor:
     """The remote side: one env, the same server a worker process runs."""
 
     def __init__(self, blob: bytes) -> None:
-        from plan_parallel.workers.base import remote_error
         from plan_parallel.workers.process import build_server
 
         self.error: bytes | None = None
@@ -112,13 +157,55 @@ class _Actor:
             return pickle.dumps(Reply(0, error=self.error), PROTOCOL)
         return pickle.dumps(Reply(0, self.info), PROTOCOL)
 
-    def call(self, data: bytes, *shared: Any) -> bytes:
-        from plan_parallel.workers.process import serve
-
+    def call(self, data: bytes, *shared: Any) -> tuple[bytes, list]:
         call: Call = pickle.loads(data)
         if shared:
             call.args = tuple(shared[a.index] if isinstance(a, SharedArg) else a for a in call.args)
-        return serve(self.server, call)
+        return _pack(_answer(self.server, call))
+
+
+def _answer(server: Any, call: Call) -> Reply:
+    """Run one call: :func:`plan_parallel.workers.process.serve` without its final pickling."""
+    fn = getattr(server, "op_" + call.op, None) if call.op in OPS and call.op != "close" else None
+    t0 = time.perf_counter()
+    if fn is None:
+        reply = Reply(call.id, error=remote_error(RuntimeError(
+            f"plan_parallel bug: actor got unknown op {call.op!r}; allowed: {sorted(OPS)}")))
+    else:
+        try:
+            reply = Reply(call.id, fn(*call.args))
+        except BaseException as e:  # noqa: BLE001 - env errors travel back with their traceback
+            reply = Reply(call.id, error=remote_error(e, getattr(e, "_pp_item", None)))
+    reply.env_seconds = time.perf_counter() - t0
+    return reply
+
+
+def _pack(reply: Reply) -> tuple[bytes, list]:
+    """A reply as (pickle, its arrays' buffers out-of-band), the buffers as uint8 ndarrays.
+
+    Ray moves ndarrays through its object store without pickling them, so a
+    chunk's observations (Pong: 100 KB an item) cost one copy in the actor and
+    one in the driver, instead of a pickle, a bytes copy each way and an unpickle.
+    An unpicklable result becomes an error reply, as in a worker process.
+    """
+    import numpy as np
+
+    buffers: list = []
+    try:
+        meta = pickle.dumps(reply, 5, buffer_callback=buffers.append)
+    except Exception as e:  # noqa: BLE001 - an unpicklable result is reported, not fatal
+        return pickle.dumps(Reply(reply.id, error=remote_error(e)), PROTOCOL), []
+    return meta, [np.frombuffer(b.raw(), dtype=np.uint8) for b in buffers]
+
+
+def _unpack(packed: tuple[bytes, list]) -> Reply:
+    """The reply of :func:`_pack`, its arrays copied out of Ray's read-only object store.
+
+    The copies let results be written to and kept (states keep their
+    observations) without pinning the actor's reply in the object store.
+    """
+    meta, buffers = packed
+    return pickle.loads(meta, buffers=[b.copy() for b in buffers])
 
 
 _REMOTE: Any = None
@@ -212,7 +299,7 @@ class RayWorker:
             return None
         ref = self._refs.popleft()
         try:
-            return pickle.loads(ray.get(ref))
+            return _unpack(ray.get(ref))
         except ray.exceptions.RayActorError as e:
             self._dead = _first_line(e)
         except ray.exceptions.RayError as e:  # e.g. the object was lost with its node
@@ -236,8 +323,19 @@ class RayWorker:
 
 
 def _first_line(e: BaseException) -> str:
-    text = str(e).strip().splitlines()
-    return f"{type(e).__name__}: {text[0] if text else ''}"
+    """How an actor died, for messages: the error type and Ray's reason.
+
+    ``"ActorDiedError (its worker process has died)"``, ``"... (it was killed by `ray.kill`)"``;
+    else the first line of the message (a lost node: ``"ActorDiedError (the actor died
+    unexpectedly before finishing this task)"``).
+    """
+    text = str(e)
+    m = re.search(r"The actor is dead because (.+?)\.(\s|$)", text)
+    if m:
+        return f"{type(e).__name__} ({m.group(1)})"
+    lines = text.strip().splitlines()
+    first = lines[0].strip().rstrip(".") if lines else ""
+    return f"{type(e).__name__} ({first[:1].lower() + first[1:]})" if first else type(e).__name__
 
 
 def ray_wait(workers: list[RayWorker], busy: list[int], timeout: float | None) -> list[int]:
