@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
 import tempfile
 import threading
@@ -58,13 +59,13 @@ def main() -> dict:
         num_cpus=2, resources={"head": 1}, include_dashboard=False, object_store_memory=100 * 2**20,
         _system_config=FAST_HEALTH_CHECKS))
     env = None
+    record_dir = tempfile.mkdtemp(prefix="pp-nodes-")
     try:
         node2 = cluster.add_node(num_cpus=1, resources={"node2": 1}, object_store_memory=100 * 2**20)
         cluster.wait_for_nodes()
         head_id, node2_id = cluster.head_node.node_id, node2.node_id
         timings["cluster_start"] = time.monotonic() - t0
 
-        record_dir = tempfile.mkdtemp(prefix="pp-nodes-")
         t0 = time.monotonic()
         env = pp.make(NodeEnv, backend="ray", n_workers=2, address=cluster.address, small_batch_inline=False,
                       worker_options={"num_cpus": 1, "scheduling_strategy": "SPREAD"},
@@ -114,6 +115,7 @@ def main() -> dict:
         ray.shutdown()
         cluster.shutdown()
         timings["shutdown"] = time.monotonic() - t0
+        shutil.rmtree(record_dir, ignore_errors=True)
         deadline = time.monotonic() + 10
         while True:  # the cluster's processes are this process's children: all gone?
             left = [p for p in psutil.Process().children(recursive=True) if p.status() != psutil.STATUS_ZOMBIE]
