@@ -56,6 +56,9 @@ from plan_parallel.workers.process import SPIN_SECONDS, ExternalProcess, default
 
 __all__ = ["BatchEnv", "BatchFuture", "split_by_cost"]
 
+# Bytes that may wait in a worker's pipe behind the call it is running: well under
+# the smallest socket buffer of a duplex Pipe (~200 KB on Linux, less on macOS).
+PIPE_SAFE_BYTES = 32 * 1024
 EXPLORE_EVERY = 32  # small batches run here in a row before one goes to the workers to re-measure
 CHUNK_SECONDS = 1e-3  # below this, a chunk's fixed cost is a large share of its time
 
@@ -134,6 +137,8 @@ class _Part:
     holds: State | None = None  # the state a set_state part leaves the worker at
     reply: Reply | None = None
     shared: tuple = ()  # values sent once for many workers (Ray: ray.put), see SharedArg
+    data: bytes = b""  # the pickled call
+    written: bool = False  # written to the worker's pipe (see BatchEnv._write)
 
 
 @dataclass
@@ -356,8 +361,8 @@ class BatchEnv:
 
     def _send(self, part: _Part) -> None:
         """Queue ``part`` on its worker. Pickled first: a part that cannot be sent is never registered."""
-        w = self._workers[part.worker]
-        data = _dumps(part.call)
+        part.data = _dumps(part.call)
+        part.written = False
         part.sent_at = time.monotonic()
         part.reply = None
         if part.holds is not None:
@@ -365,13 +370,38 @@ class BatchEnv:
         elif part.call.op == "reset":
             self._held[part.worker] = None
         self._inflight[part.worker].append(part)
-        try:
-            if part.shared:
-                w.send_bytes(data, part.shared)
-            else:
-                w.send_bytes(data)
-        except OSError:
-            pass  # the worker is dead: the next pump sees its sentinel and sends this part again
+        self._write(part.worker)
+
+    def _write(self, i: int) -> None:
+        """Write worker ``i``'s queued parts to its pipe, in order, as far as that cannot block.
+
+        The worker reads a whole call before running it, and the parent reads
+        replies only between writes: a write that blocks on a full pipe while
+        the worker blocks writing a large reply would wait forever. So a call
+        goes out while the worker is busy only if it fits, with whatever is
+        already waiting in the pipe, in :data:`PIPE_SAFE_BYTES`; a larger one waits
+        until the worker is idle (then the worker is reading, and the write ends).
+        """
+        w = self._workers[i]
+        queued = 0
+        for k, part in enumerate(self._inflight[i]):
+            if part.written:
+                if k:
+                    queued += len(part.data)
+                continue
+            if k and self.backend == "process" and queued + len(part.data) > PIPE_SAFE_BYTES:
+                return  # sent by _drain once the parts before it are answered
+            part.written = True
+            part.sent_at = time.monotonic()
+            try:
+                if part.shared:
+                    w.send_bytes(part.data, part.shared)
+                else:
+                    w.send_bytes(part.data)
+            except OSError:
+                return  # the worker is dead: the next pump sees its sentinel and sends these parts again
+            if k:
+                queued += len(part.data)
 
     def _call(self, worker: int, op: str, *args: Any) -> Any:
         """One synchronous call on one worker (restarted and retried like any part)."""
@@ -461,9 +491,11 @@ class BatchEnv:
             part = q.popleft()
             assert part.call.id == reply.id, f"reply {reply.id} for call {part.call.id}: pipe out of order"
             part.reply = reply
+            part.data = b""
             self.stats["busy_seconds"][i] += reply.env_seconds
             if q:
                 q[0].sent_at = time.monotonic()  # the next call starts now
+                self._write(i)  # calls held back until the worker was idle
             self._deliver(part)
             if len(q) < 2 and not self._closed and self._broken is None:
                 self._feed(i)
