@@ -1,4 +1,4 @@
-"""A known bug of the process backend, found by the Ray benchmark (Pong RGB fs1, B=512, dt=4): a pipe deadlock.
+"""A bug of the process backend (fixed), found by the Ray benchmark (Pong RGB fs1, B=512, dt=4): a pipe deadlock.
 
 ``BatchEnv._send`` (plan_parallel/batch.py) writes a chunk with a blocking
 ``ExternalProcess.send_bytes`` -> ``Connection.send_bytes`` (plan_parallel/workers/process.py).
@@ -10,8 +10,8 @@ reply, also larger than the buffer, until the parent reads it. Each waits for
 the other, forever: no ``timeout`` applies (the parent never gets back to its
 wait loop) and ``close()`` would block on the same pipe.
 
-Strict xfail: when the bug is fixed the batch returns and this test fails, to
-be turned into a plain test.
+Fixed: BatchEnv._write holds back a call larger than PIPE_SAFE_BYTES until the
+worker is idle (reading), so neither side can block on a full pipe.
 """
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 
 import plan_parallel as pp
-from tests.deadline import Hang, call_with_deadline
+from tests.deadline import call_with_deadline
 from tests.envs_ray import BigStateEnv
 
 pytest_plugins = ["tests.conftest_leaks"]
@@ -31,11 +31,6 @@ pytestmark = pytest.mark.usefixtures("no_leaks_module", "no_leaks")
 
 
 @pytest.mark.timeout(60)
-@pytest.mark.xfail(
-    strict=True, raises=Hang,
-    reason="BUG (batch.py BatchEnv._send -> workers/process.py ExternalProcess.send_bytes): blocking write of a "
-           "queued chunk > socket buffer while the worker blocks writing its > buffer reply: deadlock, timeout ignored",
-)
 def test_large_pickled_states_with_queued_chunks_do_not_deadlock() -> None:
     env: Any = pp.make(BigStateEnv, backend="process", n_workers=2, small_batch_inline=False, timeout=2.0)
     try:
