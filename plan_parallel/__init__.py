@@ -57,7 +57,7 @@ def make(
     adapter: Any = None,
     small_batch_inline: bool = True,
     address: str | None = None,
-    worker_options: dict | None = None,
+    worker_options: dict | list[dict] | None = None,
     **env_kwargs: Any,
 ):
     """Build an env with the planning API.
@@ -79,7 +79,9 @@ def make(
             ``"ray://host:port"``. None: the connection this process already has, or
             else a private local Ray instance started quietly (never someone else's).
         worker_options: (ray) Ray actor options for every worker, e.g.
-            ``{"num_cpus": 1, "resources": {"node2": 0.01}}`` to place workers on other nodes.
+            ``{"num_cpus": 1, "scheduling_strategy": "SPREAD"}``, or a list of one dict per
+            worker, e.g. ``[{"resources": {"head": 0.01}}, {"resources": {"node2": 0.01}}]``
+            to place each worker on a given node.
         **env_kwargs: passed to ``gymnasium.make`` (or to the callable).
 
     Raises:

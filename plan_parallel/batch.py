@@ -71,6 +71,18 @@ def _describe(parts: list[_Part]) -> str:
     return f" during {', '.join(ops)}" if ops else " while idle"
 
 
+def _per_worker_options(options: Any, n: int) -> list[dict]:
+    """Ray actor options per worker: one dict for all, or a sequence of one dict per worker."""
+    if options is None or isinstance(options, dict):
+        return [dict(options or {}) for _ in range(n)]
+    if isinstance(options, (list, tuple)) and all(isinstance(o, dict) for o in options):
+        if len(options) != n:
+            raise ValueError(f"worker_options has {len(options)} dicts for {n} workers: give one per worker")
+        return [dict(o) for o in options]
+    raise TypeError("worker_options must be a dict of Ray actor options or a list of one dict per worker, "
+                    f"got {type(options).__name__}")
+
+
 def _owned(x: Any) -> Any:
     """A private copy of an input array (the caller may reuse its own while chunks wait)."""
     return x.copy() if isinstance(x, np.ndarray) else x
@@ -262,7 +274,7 @@ class BatchEnv:
         adapter: Any = None,
         small_batch_inline: bool = True,
         address: str | None = None,
-        worker_options: dict | None = None,
+        worker_options: dict | Sequence[dict] | None = None,
     ) -> None:
         if backend not in ("process", "ray"):
             raise ValueError(f"BatchEnv runs the 'process' or 'ray' backend, got {backend!r}")
@@ -270,19 +282,17 @@ class BatchEnv:
 
         if context is not None and context not in mp.get_all_start_methods():
             raise ValueError(f"context must be one of {mp.get_all_start_methods()} or None, got {context!r}")
-        if worker_options is not None and not isinstance(worker_options, dict):
-            raise TypeError(f"worker_options must be a dict of Ray actor options, got {type(worker_options).__name__}")
         if backend != "ray" and (address is not None or worker_options):
             raise ValueError("address and worker_options are options of backend='ray'")
+        self._n = n_workers or os.cpu_count() or 1
+        self._worker_options = _per_worker_options(worker_options, self._n)
         self.backend = backend
-        self._worker_options = dict(worker_options or {})
         if backend == "ray":
             from plan_parallel.workers import ray_actor
 
             ray_actor.connect(address)
         self._factory = factory
         self._adapter_cls = adapter
-        self._n = n_workers or os.cpu_count() or 1
         self.timeout = timeout
         self.max_restarts = max_restarts
         self.context = context or default_context()
@@ -344,7 +354,7 @@ class BatchEnv:
         if self.backend == "ray":
             from plan_parallel.workers.ray_actor import RayWorker
 
-            return RayWorker(i, self._blob, self._worker_options)
+            return RayWorker(i, self._blob, self._worker_options[i])
         return ExternalProcess(i, self._blob, self.context)
 
     def _next_id(self) -> int:

@@ -349,3 +349,18 @@ def test_address_while_connected_to_the_private_instance_is_refused() -> None:
         pp.make(CounterEnv, backend="ray", n_workers=1, address="127.0.0.1:6379")
     with pp.make(CounterEnv, backend="ray", n_workers=1, address="local") as env:  # "local" is the private one
         env.reset(seed=0)
+
+
+@pytest.mark.timeout(60)
+def test_worker_options_per_worker(oracle: pp.PlanEnv) -> None:
+    """One dict of actor options per worker (placement on given nodes); a wrong count is refused up front."""
+    with pytest.raises(ValueError, match=r"worker_options has 1 dicts for 2 workers"):
+        pp.make(FaultyEnv, backend="ray", n_workers=2, worker_options=[{"num_cpus": 0}], fault="none")
+    with pytest.raises(TypeError, match=r"worker_options must be a dict"):
+        pp.make(FaultyEnv, backend="ray", n_workers=2, worker_options="SPREAD", fault="none")
+    opts = [{"num_cpus": 0}, {"num_cpus": 0, "max_concurrency": 1}]
+    with pp.make(FaultyEnv, backend="ray", n_workers=2, worker_options=opts, small_batch_inline=False,
+                 fault="none", horizon=100) as env:
+        s = env.reset(seed=0)[0]
+        acts = np.array([0, 1, 2, 1])
+        assert_batches_equal(env.step_batch(acts, states=[s] * 4), oracle.step_batch(acts, states=[s] * 4))
