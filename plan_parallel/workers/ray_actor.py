@@ -22,6 +22,7 @@ import os
 import pickle
 import re
 import socket
+import shutil
 import tempfile
 import time
 from collections import deque
@@ -97,10 +98,12 @@ def connect(address: str | None) -> bool:
         except (ConnectionError, ValueError) as e:
             raise type(e)(f'backend="ray" could not join the Ray cluster at address={address!r}: {e}') from e
     else:
+        temp_dir = tempfile.mkdtemp(prefix="rt-", dir="/tmp")  # short: socket paths < 107 bytes
+        atexit.register(shutil.rmtree, temp_dir, ignore_errors=True)  # runs after _shutdown (LIFO)
         ray.init(
             address="local", num_cpus=os.cpu_count() or 1, num_gpus=0, include_dashboard=False, log_to_driver=False,
             logging_level="ERROR", object_store_memory=256 * 2**20,
-            _temp_dir=tempfile.mkdtemp(prefix="rt-", dir="/tmp"),  # short: socket paths < 107 bytes
+            _temp_dir=temp_dir,
             # Ray runs workers at nice 15; the actors are the compute here (as process
             # workers, which run at nice 0), and on a shared machine nice 15 starves them.
             _system_config={"worker_niceness": 0},
