@@ -354,19 +354,25 @@ def build_server(blob: bytes) -> tuple["_Server", dict]:
     return _Server(env), ready
 
 
-def serve(server: "_Server", call: Call) -> bytes:
-    """Run one call on ``server``; the pickled :class:`Reply` (env errors travel inside it)."""
+def answer(server: "_Server", call: Call, who: str = "worker") -> Reply:
+    """Run one call on ``server``: its :class:`Reply` (env errors travel inside it, with their traceback)."""
     fn = getattr(server, "op_" + call.op, None) if call.op in OPS and call.op != "close" else None
     t0 = time.perf_counter()
     if fn is None:
         reply = Reply(call.id, error=remote_error(RuntimeError(
-            f"plan_parallel bug: worker got unknown op {call.op!r}; allowed: {sorted(OPS)}")))
+            f"plan_parallel bug: {who} got unknown op {call.op!r}; allowed: {sorted(OPS)}")))
     else:
         try:
             reply = Reply(call.id, fn(*call.args))
         except BaseException as e:  # noqa: BLE001 - env errors travel back with their traceback
             reply = Reply(call.id, error=remote_error(e, getattr(e, "_pp_item", None)))
     reply.env_seconds = time.perf_counter() - t0
+    return reply
+
+
+def serve(server: "_Server", call: Call) -> bytes:
+    """:func:`answer`, pickled for the pipe (an unpicklable result becomes an error reply)."""
+    reply = answer(server, call)
     try:
         return pickle.dumps(reply, PROTOCOL)
     except Exception as e:  # noqa: BLE001 - an unpicklable result is reported, not fatal

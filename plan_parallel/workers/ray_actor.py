@@ -31,7 +31,7 @@ from typing import Any
 
 from plan_parallel.errors import WorkerCrashedError, WorkerTimeoutError
 from plan_parallel.transport import PROTOCOL
-from plan_parallel.workers.base import OPS, Call, Reply, remote_error, reraise
+from plan_parallel.workers.base import Call, Reply, remote_error, reraise
 
 __all__ = ["RayWorker", "SharedArg", "connect", "ray_wait"]
 
@@ -161,26 +161,12 @@ class _Actor:
         return pickle.dumps(Reply(0, self.info), PROTOCOL)
 
     def call(self, data: bytes, *shared: Any) -> tuple[bytes, list]:
+        from plan_parallel.workers.process import answer
+
         call: Call = pickle.loads(data)
         if shared:
             call.args = tuple(shared[a.index] if isinstance(a, SharedArg) else a for a in call.args)
-        return _pack(_answer(self.server, call))
-
-
-def _answer(server: Any, call: Call) -> Reply:
-    """Run one call: :func:`plan_parallel.workers.process.serve` without its final pickling."""
-    fn = getattr(server, "op_" + call.op, None) if call.op in OPS and call.op != "close" else None
-    t0 = time.perf_counter()
-    if fn is None:
-        reply = Reply(call.id, error=remote_error(RuntimeError(
-            f"plan_parallel bug: actor got unknown op {call.op!r}; allowed: {sorted(OPS)}")))
-    else:
-        try:
-            reply = Reply(call.id, fn(*call.args))
-        except BaseException as e:  # noqa: BLE001 - env errors travel back with their traceback
-            reply = Reply(call.id, error=remote_error(e, getattr(e, "_pp_item", None)))
-    reply.env_seconds = time.perf_counter() - t0
-    return reply
+        return _pack(answer(self.server, call, "actor"))
 
 
 def _pack(reply: Reply) -> tuple[bytes, list]:
