@@ -135,8 +135,9 @@ def run_plan(args: argparse.Namespace) -> int:
         planner = make_planner(args.planner, args.env, **_planner_params(args))
     except TypeError as e:
         raise ValueError(str(e)) from e
-    print(f"{planner} on {args.env}, backend={args.backend}, workers={args.workers}", flush=True)
     n_workers = None if args.backend == "inline" else args.workers
+    workers = "" if n_workers is None else f", workers={n_workers}"
+    print(f"{planner} on {args.env}, backend={args.backend}{workers}", flush=True)
     episodes = []
     with pp.make(args.env, backend=args.backend, n_workers=n_workers, **env_kwargs) as env:
         if args.planner == "mcts" and not isinstance(env.action_space, spaces.Discrete):
