@@ -148,6 +148,20 @@ class Meter:
         """``(calls, transitions, env_seconds)`` so far."""
         return self.calls, self.transitions, self.env_seconds
 
+    def mark(self) -> tuple[int, int, float, float]:
+        """A point to measure from with :meth:`since`: the counters and the clock."""
+        return (*self.snapshot(), time.perf_counter())
+
+    def since(self, mark: tuple[int, int, float, float]) -> dict[str, Any]:
+        """``env_calls``, ``transitions``, ``env_seconds`` and wall ``seconds`` since ``mark``."""
+        calls, transitions, env_seconds, t0 = mark
+        return {
+            "env_calls": self.calls - calls,
+            "transitions": self.transitions - transitions,
+            "env_seconds": self.env_seconds - env_seconds,
+            "seconds": time.perf_counter() - t0,
+        }
+
     def __repr__(self) -> str:
         return f"Meter(calls={self.calls}, transitions={self.transitions}, env_seconds={self.env_seconds:.3f})"
 

@@ -12,7 +12,6 @@ next state equals its state (tree reuse).
 from __future__ import annotations
 
 import math
-import time
 from typing import Any
 
 import numpy as np
@@ -113,8 +112,7 @@ class MCTS:
         if not isinstance(space, spaces.Discrete):
             raise TypeError(f"MCTS needs a Discrete action space, got {space}")
         n_actions, start = int(space.n), int(space.start)
-        t0 = time.perf_counter()
-        calls0, trans0, env_s0 = self.meter.snapshot()
+        mark = self.meter.mark()
         root = self._next_root
         reused = root is not None and root.state == state
         if not reused:
@@ -131,7 +129,6 @@ class MCTS:
             batches += 1
         action = self._best(root)
         self._next_root = root.children[action] if self.reuse_tree else None
-        calls, trans, env_s = self.meter.snapshot()
         visits = [c.n if c is not None else 0 for c in root.children]
         self.last_stats = {
             "simulations": sims,
@@ -142,10 +139,7 @@ class MCTS:
             "root_q": [self._q(c) if c is not None and c.n else float("nan") for c in root.children],
             "value": root.w / root.n if root.n else float("nan"),
             "max_depth": max_depth,
-            "env_calls": calls - calls0,
-            "transitions": trans - trans0,
-            "env_seconds": env_s - env_s0,
-            "seconds": time.perf_counter() - t0,
+            **self.meter.since(mark),
         }
         return start + action
 

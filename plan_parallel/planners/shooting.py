@@ -12,7 +12,6 @@ distribution, shifted by one step, seed the next decision (MPC style).
 from __future__ import annotations
 
 import math
-import time
 from typing import Any, Protocol
 
 import numpy as np
@@ -105,8 +104,7 @@ class RandomShooting:
             sampler = _Gaussian(space, self.horizon)
         else:
             raise TypeError(f"RandomShooting needs a Discrete or Box action space, got {space}")
-        t0 = time.perf_counter()
-        calls0, trans0, env_s0 = self.meter.snapshot()
+        mark = self.meter.mark()
         warm = self.warm_start and self._plan is not None and self._plan.shape[1:] == sampler.shape
         dist = sampler.shift(self._dist) if warm and self._dist is not None else sampler.initial()
         per_round = self.budget // self.iterations
@@ -132,15 +130,11 @@ class RandomShooting:
         self._plan, self._dist = best_seq, dist
         returns = np.concatenate(all_returns)
         first = sampler.choose(np.concatenate(all_seqs), returns, best_seq)
-        calls, trans, env_s = self.meter.snapshot()
         self.last_stats = {
             "sequences": int(returns.size),
             "best_return": best_ret,
             "mean_return": float(returns.mean()),
-            "env_calls": calls - calls0,
-            "transitions": trans - trans0,
-            "env_seconds": env_s - env_s0,
-            "seconds": time.perf_counter() - t0,
+            **self.meter.since(mark),
         }
         return sampler.decode(first)
 
