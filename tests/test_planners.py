@@ -32,10 +32,12 @@ def cartpole() -> Iterator[Any]:
         yield env
 
 
-@pytest.fixture
-def cartpole_process() -> Iterator[Any]:
+@pytest.fixture(params=["process", pytest.param("ray", marks=pytest.mark.ray)])
+def cartpole_parallel(request: pytest.FixtureRequest) -> Iterator[Any]:
+    if request.param == "ray":
+        pytest.importorskip("ray")
     # small_batch_inline=False: every batch really goes through the two workers
-    with pp.make("CartPole-v1", backend="process", n_workers=2, small_batch_inline=False) as env:
+    with pp.make("CartPole-v1", backend=request.param, n_workers=2, small_batch_inline=False) as env:
         yield env
 
 
@@ -87,15 +89,15 @@ def test_same_seed_same_episode(cartpole: Any, name: str) -> None:
     assert first.final_state == again.final_state
 
 
-@pytest.mark.timeout(90)
+@pytest.mark.timeout(120)
 @pytest.mark.parametrize("name", sorted(SMALL))
-def test_inline_and_process_choose_the_same_actions(cartpole: Any, cartpole_process: Any, name: str) -> None:
+def test_inline_and_parallel_backends_choose_the_same_actions(cartpole: Any, cartpole_parallel: Any, name: str) -> None:
     inline = run_episode(SMALL[name](1), cartpole, seed=1, max_steps=30)
-    process = run_episode(SMALL[name](1), cartpole_process, seed=1, max_steps=30)
-    assert inline.actions == process.actions
-    assert inline.rewards == process.rewards
-    assert inline.final_state == process.final_state
-    assert [s["transitions"] for s in inline.search] == [s["transitions"] for s in process.search]
+    parallel = run_episode(SMALL[name](1), cartpole_parallel, seed=1, max_steps=30)
+    assert inline.actions == parallel.actions
+    assert inline.rewards == parallel.rewards
+    assert inline.final_state == parallel.final_state
+    assert [s["transitions"] for s in inline.search] == [s["transitions"] for s in parallel.search]
 
 
 @pytest.mark.timeout(60)
