@@ -46,7 +46,9 @@ class MCTS:
         budget: simulations per decision (each: one new node, or a revisit of a
             terminal one, and one rollout from it).
         leaves_per_batch: leaves selected, expanded and rolled out together per
-            iteration (one ``step_batch`` and one rollout call each).
+            iteration (one ``step_batch`` and one rollout call each). A batch stops
+            early when every action of a node on the way is already pending, so the
+            first batch from a fresh root holds at most one leaf per action.
         exploration: the UCT constant ``c`` in ``q + c * sqrt(ln N / n)`` on
             normalized Q values (0: greedy).
         rollout_depth: random actions per rollout, each applied ``dt`` times
