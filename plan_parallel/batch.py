@@ -20,7 +20,7 @@ import select
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import cloudpickle
 import numpy as np
@@ -91,7 +91,7 @@ def _owned(x: Any) -> Any:
 def _rows(cols: dict, rep: dict, name: str) -> list:
     """Observations of a chunk: the slab column's rows (read-only copies), else the pickled list."""
     if name in cols:
-        arr = cols[name]
+        arr = cols[name].copy()  # may be a view of the slab
         arr.flags.writeable = False  # the states keep these rows; callers get stacked copies
         return list(arr)
     return rep[name]
@@ -177,6 +177,40 @@ class _Job:
         return per * self.steps_per_item
 
 
+class _Gathered:
+    """The results of a step_batch, filled chunk by chunk as replies arrive (in any order)."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+        self.states: list = [None] * n
+        self.rewards = np.empty(n, dtype=np.float64)
+        self.terms = np.empty(n, dtype=bool)
+        self.truncs = np.empty(n, dtype=bool)
+        self.infos: list = [None] * n
+        self.obs_arr: np.ndarray | None = None  # while every chunk's observations stack alike
+        self.obs_list: list | None = None  # otherwise, one per item
+        self.ranges: list[tuple[int, int]] = []
+
+    def put_obs(self, lo: int, hi: int, column: np.ndarray | None, rows: list | None) -> None:
+        """Observations lo..hi: a slab column (a view, copied here) or the pickled rows."""
+        if column is not None and self.obs_list is None:
+            if self.obs_arr is None:
+                self.obs_arr = np.empty((self.n,) + column.shape[1:], dtype=column.dtype)
+            if self.obs_arr.shape[1:] == column.shape[1:] and self.obs_arr.dtype == column.dtype:
+                self.obs_arr[lo:hi] = column
+                return
+        self._as_list()
+        self.obs_list[lo:hi] = list(column.copy()) if column is not None else rows  # type: ignore[index]
+
+    def _as_list(self) -> None:
+        if self.obs_list is None:
+            self.obs_list = [None] * self.n
+            if self.obs_arr is not None:
+                for lo, hi in self.ranges:
+                    self.obs_list[lo:hi] = list(self.obs_arr[lo:hi])
+            self.obs_arr = None
+
+
 @dataclass
 class BatchFuture:
     """The pending result of :meth:`BatchEnv.step_batch_async`."""
@@ -190,6 +224,8 @@ class BatchFuture:
     _finisher: Callable[["BatchFuture"], StepBatch] | None = None
     pending: deque = field(default_factory=deque)  # chunks (lo, hi) not sent yet
     job: "_Job | None" = None  # the batch's inputs, for encoding pending chunks
+    acc: "_Gathered | None" = None  # step_batch results gathered so far
+    size_class: tuple[str, int] | None = None  # (op, bits of its env-step count), for _run_here
     finished: bool = False  # value is set (it may be None: a state op returns nothing)
 
     def done(self) -> bool:
@@ -308,7 +344,10 @@ class BatchEnv:
         self._out_per_item: dict[str, int] = {}  # output bytes per item, learned per op
         self._step_s: float | None = None  # measured seconds per env step in a worker
         self._rtt_s: float | None = None  # measured fixed cost of a worker call
-        self._here_streak = 0  # small batches run in this process since the last worker call
+        # Measured seconds per env step, per (op, size class, "here"|"workers"), and how many
+        # batches of a class ran the faster way in a row (see _run_here).
+        self._speed: dict[tuple[str, int, str], float] = {}
+        self._streak: dict[tuple[str, int], int] = {}
         self._broken: str | None = None
         self._poll: Any = None
         self._futures: deque[BatchFuture] = deque()  # batches with chunks not sent yet
@@ -523,6 +562,10 @@ class BatchEnv:
         if fut.error is not None:  # this batch already failed: its other parts are dropped
             self._release(part)
             return
+        if part.call.op == "step_batch":
+            # Copied out now, while other chunks still run: the slab is free at once,
+            # and little is left to do when the last chunk arrives.
+            self._absorb(part)
         fut._try_finish()
 
     def _release(self, part: _Part) -> None:
@@ -806,8 +849,12 @@ class BatchEnv:
 
     def _submit(self, fut: BatchFuture, job: _Job) -> BatchFuture:
         """Run ``job`` here when it is too small to gain from workers, else send its chunks."""
-        if self._run_here(job.cost(0, fut.n)):
+        steps = job.cost(0, fut.n)
+        fut.size_class = (job.op, steps.bit_length())
+        if self._run_here(fut.size_class):
+            t0 = time.perf_counter()
             fut._set(self._run_local(job, fut.n))
+            self._learn(fut.size_class, "here", (time.perf_counter() - t0) / max(1, steps))
             return fut
         try:
             self._dispatch(fut, job)
@@ -820,20 +867,33 @@ class BatchEnv:
         return fut
 
     # ------------------------------------------------------------------ dispatch
-    def _run_here(self, steps: int) -> bool:
-        if not self.small_batch_inline or self._step_s is None or self._rtt_s is None:
+    def _run_here(self, size_class: tuple[str, int]) -> bool:
+        """Run a batch of this size class in this process rather than on the workers?
+
+        Decided by measurement, per op and per power-of-two number of env steps:
+        the seconds per step each way (EMA), whichever is faster, with one batch
+        in EXPLORE_EVERY sent the other way so that both figures stay current
+        (a noisy early measurement is corrected; a machine that gets busy is seen).
+        """
+        if not self.small_batch_inline:
             return False
-        # Parallel wins only when the work saved exceeds a round trip's fixed cost.
-        here = steps * self._step_s * (1 - 1 / self._n) < 1.5 * self._rtt_s
-        if here:
-            # The figures are learned from worker calls only: send one batch in
-            # EXPLORE_EVERY to the workers anyway, so a noisy early measurement
-            # (a loaded machine) does not keep every later batch here for good.
-            self._here_streak += 1
-            if self._here_streak >= EXPLORE_EVERY:
-                self._here_streak = 0
-                return False
-        return here
+        there = self._speed.get((*size_class, "workers"))
+        if there is None:
+            return False  # measure the workers first
+        here = self._speed.get((*size_class, "here"))
+        if here is None:
+            return True  # then this process
+        faster_here = here <= there
+        k = self._streak.get(size_class, 0) + 1
+        self._streak[size_class] = k % EXPLORE_EVERY
+        return faster_here if k < EXPLORE_EVERY else not faster_here
+
+    def _learn(self, size_class: tuple[str, int] | None, where: str, per_step: float) -> None:
+        if size_class is None:
+            return
+        key = (*size_class, where)
+        old = self._speed.get(key)
+        self._speed[key] = per_step if old is None else 0.7 * old + 0.3 * per_step
 
     def _run_local(self, job: _Job, n: int) -> Any:
         if self._local is None:
@@ -942,70 +1002,64 @@ class BatchEnv:
         obs_bytes = int(np.prod(obs)) * np.dtype(dtype).itemsize if obs and dtype is not None else 0
         return sim + obs_bytes + 64
 
-    def _chunks(self, fut: BatchFuture) -> list[tuple[_Part, dict, dict]]:
-        """The batch's chunk replies in input order, with their slab columns read (and slabs released)."""
-        out = []
+    def _chunks(self, fut: BatchFuture) -> Iterator[tuple[_Part, dict, dict]]:
+        """The batch's chunk replies in input order, with their slab columns.
+
+        The ``obs`` column is a view of the slab, valid until the consumer asks
+        for the next chunk (the slab is then released): copy it where it belongs.
+        """
         for part in sorted((p for p in fut.parts if p.call.op == fut.job.op), key=lambda p: p.lo):  # type: ignore[union-attr]
             rep = part.reply.value  # type: ignore[union-attr]
-            cols = read_columns(part.slab, rep["layout"])
+            cols = read_columns(part.slab, rep["layout"], views=("obs",))
             m = part.hi - part.lo
             op = part.call.op
             self._out_per_item[op] = max(self._out_per_item.get(op, 0), -(-rep["needed"] // m) + 64)
-            self._release(part)
-            out.append((part, rep, cols))
-        return out
+            try:
+                yield part, rep, cols
+            finally:
+                self._release(part)
+
+    def _absorb(self, part: _Part) -> None:
+        """Copy one step_batch chunk's results into its future's :class:`_Gathered`, then free its slab."""
+        fut = part.future
+        acc = fut.acc = fut.acc or _Gathered(fut.n)
+        rep = part.reply.value  # type: ignore[union-attr]
+        lo, hi, m = part.lo, part.hi, part.hi - part.lo
+        cols = read_columns(part.slab, rep["layout"], views=("obs",))
+        self._out_per_item["step_batch"] = max(self._out_per_item.get("step_batch", 0), -(-rep["needed"] // m) + 64)
+        acc.rewards[lo:hi] = rep["rewards"]
+        acc.terms[lo:hi] = rep["terminations"]
+        acc.truncs[lo:hi] = rep["truncations"]
+        acc.put_obs(lo, hi, cols.get("obs"), rep.get("obs"))
+        self._release(part)
+        acc.states[lo:hi] = unpack_states(rep["states"], cols, "", m)
+        infos = unpack_infos(rep["infos"], m)
+        for info, k in zip(infos, rep["n_steps"].tolist()):
+            info["n_steps"] = k
+        acc.infos[lo:hi] = infos
+        acc.ranges.append((lo, hi))
 
     def _finish(self, fut: BatchFuture) -> StepBatch:
-        n = fut.n
-        obs_arr: np.ndarray | None = None
-        obs_list: list | None = None
-        states: list[State] = []
-        rewards = np.empty(n, dtype=np.float64)
-        terms = np.empty(n, dtype=bool)
-        truncs = np.empty(n, dtype=bool)
-        infos: list = []
-        for part, rep, cols in self._chunks(fut):
-            lo, hi, m = part.lo, part.hi, part.hi - part.lo
-            rewards[lo:hi] = rep["rewards"]
-            terms[lo:hi] = rep["terminations"]
-            truncs[lo:hi] = rep["truncations"]
-            if "obs" in cols:
-                o = cols["obs"]
-                if obs_arr is None and obs_list is None:
-                    obs_arr = np.empty((n,) + o.shape[1:], dtype=o.dtype)
-                if obs_arr is not None and obs_arr.shape[1:] == o.shape[1:] and obs_arr.dtype == o.dtype:
-                    obs_arr[lo:hi] = o
-                else:
-                    obs_list = (list(obs_arr[:lo]) if obs_arr is not None else []) + list(o)
-                    obs_arr = None
-            else:
-                if obs_list is None:
-                    obs_list = list(obs_arr[:lo]) if obs_arr is not None else []
-                    obs_arr = None
-                obs_list.extend(rep["obs"])
-            states.extend(unpack_states(rep["states"], cols, "", m))
-            steps = rep["n_steps"].tolist()
-            part_infos = unpack_infos(rep["infos"], m)
-            for info, k in zip(part_infos, steps):
-                info["n_steps"] = k
-            infos.extend(part_infos)
-        if obs_arr is not None:
+        acc = fut.acc or _Gathered(fut.n)
+        states = acc.states
+        if acc.obs_arr is not None:
             # The states keep their own rows: the caller may change the returned array in place.
-            kept = obs_arr.copy()
+            kept = acc.obs_arr.copy()
             kept.flags.writeable = False
             for s, o in zip(states, kept):
                 s.obs = o
-            observations = obs_arr
+            observations = acc.obs_arr
             want = getattr(self.observation_space, "dtype", None)
-            if want is not None and obs_arr.dtype != want and obs_arr.shape[1:] == self.observation_space.shape:
+            if want is not None and observations.dtype != want and observations.shape[1:] == self.observation_space.shape:
                 # An env whose obs dtype differs from its space: stacked like inline does.
-                observations = obs_arr.astype(want)
+                observations = observations.astype(want)
         else:
-            for s, o in zip(states, obs_list):  # type: ignore[arg-type]
+            obs_list = acc.obs_list or []
+            for s, o in zip(states, obs_list):
                 s.obs = o
-            observations = stack_observations(self.observation_space, obs_list)  # type: ignore[arg-type]
-        self._account(fut, int(sum(i["n_steps"] for i in infos)))
-        return StepBatch(states, observations, rewards, terms, truncs, infos)
+            observations = stack_observations(self.observation_space, obs_list)
+        self._account(fut, int(sum(i["n_steps"] for i in acc.infos)))
+        return StepBatch(states, observations, acc.rewards, acc.terms, acc.truncs, acc.infos)
 
     def _finish_rollout(self, fut: BatchFuture) -> RolloutBatch:
         states: list[State] = []
@@ -1043,6 +1097,8 @@ class BatchEnv:
         over = max(0.0, wall - env_s)  # the fixed cost of this call, learned for small batches
         self.stats["ipc_seconds"] += over
         self._rtt_s = over if self._rtt_s is None else 0.8 * self._rtt_s + 0.2 * over
+        if fut.job is not None:
+            self._learn(fut.size_class, "workers", wall / max(1, fut.job.cost(0, fut.n)))
         if total_steps:
             per = sum(env_each) / total_steps
             self._step_s = per if self._step_s is None else 0.8 * self._step_s + 0.2 * per

@@ -166,11 +166,18 @@ class ArrayWriter:
         return True
 
 
-def read_columns(slab: Slab | None, layout: dict[str, tuple[int, str, tuple[int, ...]]]) -> dict[str, np.ndarray]:
-    """Copy each column out of the slab (the slab is reused as soon as this returns)."""
+def read_columns(
+    slab: Slab | None, layout: dict[str, tuple[int, str, tuple[int, ...]]], views: tuple[str, ...] = ()
+) -> dict[str, np.ndarray]:
+    """Copy each column out of the slab (the slab may be reused as soon as this returns).
+
+    Columns named in ``views`` are returned as views of the slab instead, for a
+    caller that copies them where they belong before it releases the slab.
+    """
     out = {}
     for name, (off, dtype, shape) in layout.items():
-        out[name] = slab.array(off, np.dtype(dtype), shape).copy()  # type: ignore[union-attr]
+        arr = slab.array(off, np.dtype(dtype), shape)  # type: ignore[union-attr]
+        out[name] = arr if name in views else arr.copy()
     return out
 
 
