@@ -81,11 +81,18 @@ def run_items(
             restore(states[i])
             if seeds is not None:
                 adapter.reseed(int(seeds[i]))
-            obs, rewards[i], term, trunc, info, taken = _act(step, actions[i], dt if scalar_dt else int(dt[i]))
+            k = dt if scalar_dt else int(dt[i])
+            if k == 1:  # the common case, without _act's call and loop (this is the hot path)
+                obs, r, term, trunc, info = step(actions[i])
+                rewards[i] = float(r)
+                taken = 1
+            else:
+                obs, rewards[i], term, trunc, info, taken = _act(step, actions[i], k)
             out_obs[i] = obs
-            terms[i] = bool(term)
-            truncs[i] = bool(trunc)
-            infos[i] = {**info, "n_steps": taken}  # the env may reuse its info dict
+            terms[i] = term is True or bool(term)
+            truncs[i] = trunc is True or bool(trunc)
+            # A copy: the env may reuse its info dict.
+            infos[i] = {**info, "n_steps": taken} if info else {"n_steps": taken}
             out_states[i] = capture(None, obs)
     except Exception as e:
         # Which item failed, for the note the caller adds (worker and item).
