@@ -27,13 +27,13 @@ import numpy as np
 
 from plan_parallel.env import PlanEnv
 from plan_parallel.errors import ClosedError, StateError, WorkerCrashedError, WorkerTimeoutError
-from plan_parallel.inputs import _check_kind as check_kind
 from plan_parallel.inputs import (
     RolloutBatch,
     StepBatch,
     check_action,
     check_actions,
     check_dt,
+    check_kind,
     check_rollout,
     check_seed,
     check_seeds,

@@ -28,6 +28,7 @@ __all__ = [
     "check_actions",
     "check_action",
     "check_action_sequences",
+    "check_kind",
     "check_states",
     "check_rollout",
     "stack_observations",
@@ -386,7 +387,7 @@ def check_states(states: Any, kind: str, n: int | None, validate: Any) -> Sequen
         raise ValueError(f"expected {n} states (one per action), got {len(states)}")
     # The full check (kind and a cheap look at the simulator state) where the adapter is
     # at hand; the kind alone in a process without the env (its workers check the rest).
-    check = validate if validate is not None else (lambda s: _check_kind(s, kind))
+    check = validate if validate is not None else (lambda s: check_kind(s, kind))
     for i, s in enumerate(states):
         try:
             check(s)
@@ -467,7 +468,7 @@ def check_rollout(
     return RolloutRequest(n, horizon, states, actions, dt, seeds, policy, blob, bool(return_all))
 
 
-def _check_kind(s: Any, kind: str) -> None:
+def check_kind(s: Any, kind: str) -> None:
     """The check a process without the env can make: a State of the same kind."""
     if not isinstance(s, State):
         raise StateError(f"expected a plan_parallel State, got {type(s).__name__}: {s!r:.200}")
