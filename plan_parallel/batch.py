@@ -348,6 +348,7 @@ class BatchEnv:
         # batches of a class ran the faster way in a row (see _run_here).
         self._speed: dict[tuple[str, int, str], float] = {}
         self._streak: dict[tuple[str, int], int] = {}
+        self._samples: dict[tuple[str, int, str], int] = {}
         self._broken: str | None = None
         self._poll: Any = None
         self._futures: deque[BatchFuture] = deque()  # batches with chunks not sent yet
@@ -852,6 +853,7 @@ class BatchEnv:
         steps = job.cost(0, fut.n)
         fut.size_class = (job.op, steps.bit_length())
         if self._run_here(fut.size_class):
+            self._ensure_local()  # built outside the timing: its cost is not a step's
             t0 = time.perf_counter()
             fut._set(self._run_local(job, fut.n))
             self._learn(fut.size_class, "here", (time.perf_counter() - t0) / max(1, steps))
@@ -884,27 +886,41 @@ class BatchEnv:
         if here is None:
             return True  # then this process
         faster_here = here <= there
+        # Re-measure the slower way less often when it is far slower: exploring costs its gap.
+        every = EXPLORE_EVERY if max(here, there) < 2 * min(here, there) else 4 * EXPLORE_EVERY
         k = self._streak.get(size_class, 0) + 1
-        self._streak[size_class] = k % EXPLORE_EVERY
-        return faster_here if k < EXPLORE_EVERY else not faster_here
+        self._streak[size_class] = k % every
+        return faster_here if k < every else not faster_here
 
     def _learn(self, size_class: tuple[str, int] | None, where: str, per_step: float) -> None:
         if size_class is None:
             return
         key = (*size_class, where)
         old = self._speed.get(key)
-        self._speed[key] = per_step if old is None else 0.7 * old + 0.3 * per_step
+        seen = self._samples[key] = self._samples.get(key, 0) + 1
+        if old is None:
+            self._speed[key] = per_step
+        elif seen <= 3:  # the first calls pay one-off costs (attaching slabs, caches): keep the best
+            self._speed[key] = min(old, per_step)
+        else:
+            self._speed[key] = 0.7 * old + 0.3 * per_step
 
-    def _run_local(self, job: _Job, n: int) -> Any:
+    def _ensure_local(self) -> PlanEnv:
+        """The env in this process for batches run here (built on first use, at the current state)."""
         if self._local is None:
             self._local = PlanEnv(self._factory, adapter=self._adapter_cls)
             if self._state is not None:
                 self._local.set_state(self._state)
+        return self._local
+
+    def _run_local(self, job: _Job, n: int) -> Any:
+        self._ensure_local()
         self.stats["inline_batches"] += 1
         self.stats["batches"] += 1
         self.stats["items"] += n
         if job.op == "step_batch":
-            return self._local.step_batch(job.actions, job.states, job.dt, seeds=job.seeds)
+            states = job.states if job.states is not None else [self._local.get_state()] * n
+            return self._local.step_batch_checked(job.actions, states, job.dt, job.seeds)
         policy = None if job.extra["policy"] is None else pickle.loads(job.extra["policy"])
         return self._local.rollout_batch(
             job.states, job.actions, job.dt, horizon=job.extra["horizon"], policy=policy, seeds=job.seeds,

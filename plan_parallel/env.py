@@ -205,6 +205,23 @@ class PlanEnv:
             states = check_states(states, self._adapter.kind, len(actions), self._adapter.validate)
         dt = check_dt(dt, n)
         seeds = check_seeds(seeds, n, self._adapter.reseedable)
+        return self._batch(actions, states, dt, seeds)
+
+    def step_batch_checked(
+        self, actions: Any, states: Sequence[State], dt: int | np.ndarray, seeds: np.ndarray | None = None
+    ) -> StepBatch:
+        """:meth:`step_batch` for inputs already in canonical form (see :mod:`plan_parallel.inputs`).
+
+        For a caller that has run the same checks (the parallel backends, when they
+        run a batch in this process): only the states' simulator parts are checked again.
+        """
+        self._check_open()
+        validate = self._adapter.validate
+        for s in states:
+            validate(s)
+        return self._batch(actions, states, dt, seeds)
+
+    def _batch(self, actions: Any, states: Sequence[State], dt: int | np.ndarray, seeds: np.ndarray | None) -> StepBatch:
         out_states, obs, rewards, terms, truncs, infos = self._run(states, actions, dt, seeds)
         return StepBatch(
             out_states,
