@@ -21,7 +21,7 @@ import textwrap
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import numpy as np
 import psutil
@@ -221,57 +221,63 @@ def test_fault_table(row: Row, tmp_path: Path, oracle: pp.PlanEnv) -> None:
         options["timeout"] = TIMEOUT
     once = tmp_path if row.once and row.outcome != "crashed" else None
     with faulty(row.fault, row.phase, once, **options) as env:
-        s0, s_trig = start(env, oracle)
-        pids = list(env.pids)
+        check_row(row, env, oracle, tmp_path, run_via, DEADLINE_SLACK)
 
-        if row.outcome == "raises":
-            with pytest.raises(row.exc, match=row.message) as info:
-                run_via(env, row.via, s0, s_trig)
-            exc = info.value
-            assert type(exc) is row.exc
-            assert isinstance(exc.__cause__, pp.RemoteTraceback)
-            tb = exc.__cause__.tb
-            assert "Traceback (most recent call last)" in tb and re.search(row.tb, tb), tb
-            notes = "\n".join(getattr(exc, "__notes__", []))
-            m = re.search(row.note, notes, re.MULTILINE)
-            assert m, f"no note matching {row.note!r} in {notes!r}"
-            assert int(m.group(1)) in pids
-            assert env.stats["restarts"] == 0 and env.pids == pids  # env errors kill nothing
-            assert_usable(env, oracle, s0)
 
-        elif row.outcome == "replayed":
-            got = run_via(env, row.via, s0, s_trig)
-            ref = run_via(oracle, row.via, s0, s_trig)
-            assert_same_result(got, ref)
-            assert env.stats["restarts"] == 1
-            assert sum(a != b for a, b in zip(env.pids, pids)) == 1  # one worker was replaced
-            assert (tmp_path / "fired").exists()  # the fault did fire
-            assert_usable(env, oracle, s0)
+def check_row(row: Row, env: Any, oracle: pp.PlanEnv, tmp_path: Path, run: Callable[..., Any],
+              slack: float) -> None:
+    """Run ``row`` on ``env`` (made by ``faulty``) via ``run`` and check its outcome; shared by the Ray table."""
+    s0, s_trig = start(env, oracle)
+    pids = list(env.pids)
 
-        elif row.outcome == "crashed":
-            with pytest.raises(WorkerCrashedError, match=row.message) as info:
-                run_via(env, row.via, s0, s_trig)
-            wait_dead(int(re.search(row.message, str(info.value)).group(1)), 5.0)  # the pid named is the dead one
-            # Broken for good, and says so on every call, until closed.
-            with pytest.raises(WorkerCrashedError, match=r"restarts used of 1"):
-                env.step_batch(ACTS4, states=[s0] * 4)
-            with pytest.raises(WorkerCrashedError):
-                env.reset(seed=0)
+    if row.outcome == "raises":
+        with pytest.raises(row.exc, match=row.message) as info:
+            run(env, row.via, s0, s_trig)
+        exc = info.value
+        assert type(exc) is row.exc
+        assert isinstance(exc.__cause__, pp.RemoteTraceback)
+        tb = exc.__cause__.tb
+        assert "Traceback (most recent call last)" in tb and re.search(row.tb, tb), tb
+        notes = "\n".join(getattr(exc, "__notes__", []))
+        m = re.search(row.note, notes, re.MULTILINE)
+        assert m, f"no note matching {row.note!r} in {notes!r}"
+        assert int(m.group(1)) in pids
+        assert env.stats["restarts"] == 0 and env.pids == pids  # env errors kill nothing
+        assert_usable(env, oracle, s0)
 
-        elif row.outcome == "timeout":
-            t0 = time.monotonic()
-            with pytest.raises(WorkerTimeoutError, match=row.message) as info:
-                run_via(env, row.via, s0, s_trig)
-            elapsed = time.monotonic() - t0
-            assert isinstance(info.value, TimeoutError)
-            assert elapsed < TIMEOUT + DEADLINE_SLACK, f"WorkerTimeoutError after {elapsed:.2f} s"
-            # Every worker still running past the deadline is hung and replaced: one, or
-            # every worker the call went to when the fault fires each time (once=False).
-            hung = env.stats["timeouts"]
-            assert (hung == 1 if row.once else 1 <= hung <= env.n_workers) and env.stats["restarts"] == hung
-            assert_usable(env, oracle, s0)
-        else:
-            raise AssertionError(row.outcome)
+    elif row.outcome == "replayed":
+        got = run(env, row.via, s0, s_trig)
+        ref = run(oracle, row.via, s0, s_trig)
+        assert_same_result(got, ref)
+        assert env.stats["restarts"] == 1
+        assert sum(a != b for a, b in zip(env.pids, pids)) == 1  # one worker was replaced
+        assert (tmp_path / "fired").exists()  # the fault did fire
+        assert_usable(env, oracle, s0)
+
+    elif row.outcome == "crashed":
+        with pytest.raises(WorkerCrashedError, match=row.message) as info:
+            run(env, row.via, s0, s_trig)
+        wait_dead(int(re.search(row.message, str(info.value)).group(1)), 5.0)  # the pid named is the dead one
+        # Broken for good, and says so on every call, until closed.
+        with pytest.raises(WorkerCrashedError, match=r"restarts used of 1"):
+            env.step_batch(ACTS4, states=[s0] * 4)
+        with pytest.raises(WorkerCrashedError):
+            env.reset(seed=0)
+
+    elif row.outcome == "timeout":
+        t0 = time.monotonic()
+        with pytest.raises(WorkerTimeoutError, match=row.message) as info:
+            run(env, row.via, s0, s_trig)
+        elapsed = time.monotonic() - t0
+        assert isinstance(info.value, TimeoutError)
+        assert elapsed < TIMEOUT + slack, f"WorkerTimeoutError after {elapsed:.2f} s"
+        # Every worker still running past the deadline is hung and replaced: one, or
+        # every worker the call went to when the fault fires each time (once=False).
+        hung = env.stats["timeouts"]
+        assert (hung == 1 if row.once else 1 <= hung <= env.n_workers) and env.stats["restarts"] == hung
+        assert_usable(env, oracle, s0)
+    else:
+        raise AssertionError(row.outcome)
 
 
 # =========================================================================== faults while building the env

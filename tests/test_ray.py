@@ -34,7 +34,7 @@ import pytest
 ray = pytest.importorskip("ray")
 
 import plan_parallel as pp  # noqa: E402
-from plan_parallel.errors import ClosedError, WorkerCrashedError, WorkerTimeoutError  # noqa: E402
+from plan_parallel.errors import ClosedError, WorkerCrashedError  # noqa: E402
 from tests import test_faults as faults  # noqa: E402 - the table and its helpers, shared with the process backend
 from tests.deadline import call_with_deadline  # noqa: E402
 from tests.envs import CounterEnv, FaultyEnv  # noqa: E402
@@ -107,53 +107,7 @@ def test_fault_table(row: faults.Row, tmp_path: Path, oracle: pp.PlanEnv) -> Non
         options["timeout"] = TIMEOUT
     once = tmp_path if row.once and row.outcome != "crashed" else None
     with faulty(row.fault, row.phase, once, **options) as env:
-        s0, s_trig = faults.start(env, oracle)
-        pids = list(env.pids)
-
-        if row.outcome == "raises":
-            with pytest.raises(row.exc, match=row.message) as info:
-                run_via(env, row.via, s0, s_trig)
-            exc = info.value
-            assert type(exc) is row.exc
-            assert isinstance(exc.__cause__, pp.RemoteTraceback)
-            tb = exc.__cause__.tb
-            assert "Traceback (most recent call last)" in tb and re.search(row.tb, tb), tb
-            notes = "\n".join(getattr(exc, "__notes__", []))
-            m = re.search(row.note, notes, re.MULTILINE)
-            assert m, f"no note matching {row.note!r} in {notes!r}"
-            assert int(m.group(1)) in pids  # the actor's own pid
-            assert env.stats["restarts"] == 0 and env.pids == pids  # env errors kill nothing
-            faults.assert_usable(env, oracle, s0)
-
-        elif row.outcome == "replayed":
-            got = run_via(env, row.via, s0, s_trig)
-            ref = run_via(oracle, row.via, s0, s_trig)
-            faults.assert_same_result(got, ref)
-            assert_replaced(env, pids)
-            assert (tmp_path / "fired").exists()  # the fault did fire
-            faults.assert_usable(env, oracle, s0)
-
-        elif row.outcome == "crashed":
-            with pytest.raises(WorkerCrashedError, match=row.message) as info:
-                run_via(env, row.via, s0, s_trig)
-            faults.wait_dead(int(re.search(row.message, str(info.value)).group(1)), 5.0)  # the pid named died
-            with pytest.raises(WorkerCrashedError, match=r"restarts used of 1"):
-                env.step_batch(ACTS4, states=[s0] * 4)
-            with pytest.raises(WorkerCrashedError):
-                env.reset(seed=0)
-
-        elif row.outcome == "timeout":
-            t0 = time.monotonic()
-            with pytest.raises(WorkerTimeoutError, match=row.message) as info:
-                run_via(env, row.via, s0, s_trig)
-            elapsed = time.monotonic() - t0
-            assert isinstance(info.value, TimeoutError)
-            assert elapsed < TIMEOUT + DEADLINE_SLACK, f"WorkerTimeoutError after {elapsed:.2f} s"
-            hung = env.stats["timeouts"]
-            assert (hung == 1 if row.once else 1 <= hung <= env.n_workers) and env.stats["restarts"] == hung
-            faults.assert_usable(env, oracle, s0)
-        else:
-            raise AssertionError(row.outcome)
+        faults.check_row(row, env, oracle, tmp_path, run_via, DEADLINE_SLACK)
 
 
 # =========================================================================== actors killed from outside

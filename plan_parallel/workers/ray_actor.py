@@ -48,7 +48,7 @@ _QUIET_ENV = {"RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled"}
 def _ray() -> Any:
     try:
         import ray
-    except ImportError as e:  # pragma: no cover - depends on the install
+    except ImportError as e:  # tested by test_ray_backend_without_ray_says_how_to_install_it
         raise ImportError(
             'backend="ray" needs Ray: install it with pip install -e ".[ray]" (or pip install ray)'
         ) from e
