@@ -343,7 +343,6 @@ class BatchEnv:
         self._local: PlanEnv | None = None
         self._out_per_item: dict[str, int] = {}  # output bytes per item, learned per op
         self._step_s: float | None = None  # measured seconds per env step in a worker
-        self._rtt_s: float | None = None  # measured fixed cost of a worker call
         # Measured seconds per env step, per (op, size class, "here"|"workers"), and how many
         # batches of a class ran the faster way in a row (see _run_here).
         self._speed: dict[tuple[str, int, str], float] = {}
@@ -370,7 +369,6 @@ class BatchEnv:
         self.kind: str = info["kind"]
         self._reseedable: bool = info["reseedable"]
         self.spec = info["spec"]
-        self._measure_rtt()
 
     # ------------------------------------------------------------------ properties
     @property
@@ -400,14 +398,6 @@ class BatchEnv:
     def _next_id(self) -> int:
         self._ids += 1
         return self._ids
-
-    def _measure_rtt(self) -> None:
-        times = []
-        for _ in range(5):
-            t0 = time.perf_counter()
-            self._call(0, "ping")
-            times.append(time.perf_counter() - t0)
-        self._rtt_s = float(np.median(times))
 
     def _send(self, part: _Part) -> None:
         """Queue ``part`` on its worker. Pickled first: a part that cannot be sent is never registered."""
@@ -1105,14 +1095,12 @@ class BatchEnv:
             states, obs, rew, terms, truncs, n_steps, infos, all_states, all_obs))
 
     def _account(self, fut: BatchFuture, total_steps: int) -> None:
-        """Telemetry, and the step time and fixed call cost that size chunks and small batches."""
+        """Telemetry, and the measured times that size chunks and decide where batches run."""
         env_each = [p.reply.env_seconds for p in fut.parts]  # type: ignore[union-attr]
         env_s = max(env_each, default=0.0)
         wall = time.perf_counter() - fut.started
         self.stats["env_seconds"] += sum(env_each)
-        over = max(0.0, wall - env_s)  # the fixed cost of this call, learned for small batches
-        self.stats["ipc_seconds"] += over
-        self._rtt_s = over if self._rtt_s is None else 0.8 * self._rtt_s + 0.2 * over
+        self.stats["ipc_seconds"] += max(0.0, wall - env_s)  # time not spent in env code, the slowest chunk's
         if fut.job is not None:
             self._learn(fut.size_class, "workers", wall / max(1, fut.job.cost(0, fut.n)))
         if total_steps:
