@@ -9,30 +9,31 @@ from typing import Any, Sequence
 
 __all__ = ["add_plan_arguments", "run_plan", "save_animation", "summarize"]
 
-# option -> (planner parameter for mcts, for shooting); None: not a parameter of that planner
+# option -> planner -> its parameter (an option a planner lacks is refused for it)
 _OPTIONS = {
-    "budget": ("budget", "budget"),
-    "dt": ("dt", "dt"),
-    "depth": ("rollout_depth", "horizon"),
-    "discount": ("discount", "discount"),
-    "leaves": ("leaves_per_batch", None),
-    "exploration": ("exploration", None),
-    "iterations": (None, "iterations"),
+    "budget": {"mcts": "budget", "shooting": "budget", "beam": "width"},
+    "dt": {"mcts": "dt", "shooting": "dt", "beam": "dt"},
+    "depth": {"mcts": "rollout_depth", "shooting": "horizon", "beam": "depth"},
+    "discount": {"mcts": "discount", "shooting": "discount", "beam": "discount"},
+    "leaves": {"mcts": "leaves_per_batch"},
+    "exploration": {"mcts": "exploration"},
+    "iterations": {"shooting": "iterations"},
 }
 _ANIMATION_SUFFIXES = (".gif", ".mp4")
 
 
 def add_plan_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("env", help="gymnasium env id, e.g. CartPole-v1, MountainCar-v0, ALE/Pong-v5")
-    p.add_argument("--planner", choices=["mcts", "shooting"], default="mcts")
-    p.add_argument("--budget", type=int, help="simulations (mcts) or sequences (shooting) per decision")
+    p.add_argument("--planner", choices=["mcts", "shooting", "beam"], default="mcts")
+    p.add_argument("--budget", type=int,
+                   help="simulations (mcts) or sequences (shooting) per decision, or beam width (beam)")
     p.add_argument("--workers", type=int, default=2, help="worker processes (process and ray backends)")
     p.add_argument("--backend", choices=["inline", "process", "ray"], default="process")
     p.add_argument("--episodes", type=int, default=1)
     p.add_argument("--seed", type=int, default=0, help="episode e uses seed + e (env reset and planner)")
     p.add_argument("--max-steps", type=int, help="stop an episode after this many env steps")
     p.add_argument("--dt", type=int, help="action repeat: env steps per decision and per tree/rollout step")
-    p.add_argument("--depth", type=int, help="rollout depth (mcts) or horizon (shooting), in dt steps")
+    p.add_argument("--depth", type=int, help="rollout depth (mcts), horizon (shooting) or depth (beam), in dt steps")
     p.add_argument("--leaves", type=int, help="mcts: leaves expanded and rolled out per batch")
     p.add_argument("--exploration", type=float, help="mcts: UCT exploration constant")
     p.add_argument("--iterations", type=int, help="shooting: CEM rounds per decision (1: random shooting)")
@@ -43,15 +44,14 @@ def add_plan_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _planner_params(args: argparse.Namespace) -> dict[str, Any]:
-    which = 0 if args.planner == "mcts" else 1
     params: dict[str, Any] = {}
     for option, names in _OPTIONS.items():
         value = getattr(args, option)
         if value is None:
             continue
-        if names[which] is None:
+        if args.planner not in names:
             raise ValueError(f"--{option} does not apply to --planner {args.planner}")
-        params[names[which]] = value
+        params[names[args.planner]] = value
     return params
 
 
@@ -140,8 +140,9 @@ def run_plan(args: argparse.Namespace) -> int:
     print(f"{planner} on {args.env}, backend={args.backend}{workers}", flush=True)
     episodes = []
     with pp.make(args.env, backend=args.backend, n_workers=n_workers, **env_kwargs) as env:
-        if args.planner == "mcts" and not isinstance(env.action_space, spaces.Discrete):
-            raise ValueError(f"mcts needs a Discrete action space, {args.env} has {env.action_space}; try --planner shooting")
+        if args.planner in ("mcts", "beam") and not isinstance(env.action_space, spaces.Discrete):
+            raise ValueError(f"{args.planner} needs a Discrete action space, {args.env} has {env.action_space}; "
+                             "try --planner shooting")
         live = None
         if args.record is not None:
             live = pp.make(args.env, backend="inline", render_mode="rgb_array", **env_kwargs)

@@ -14,7 +14,7 @@ import pytest
 
 import plan_parallel as pp
 from plan_parallel.cli import main
-from plan_parallel.planners import MCTS, Planner, RandomShooting, rollout, run_episode
+from plan_parallel.planners import MCTS, BeamSearch, Planner, RandomShooting, rollout, run_episode
 from plan_parallel.planners.presets import make_planner
 
 pytest_plugins = ["tests.conftest_leaks"]
@@ -23,6 +23,7 @@ pytestmark = pytest.mark.usefixtures("no_leaks")
 SMALL = {
     "mcts": lambda seed: MCTS(budget=16, leaves_per_batch=8, rollout_depth=10, seed=seed),
     "shooting": lambda seed: RandomShooting(budget=16, horizon=10, seed=seed),
+    "beam": lambda seed: BeamSearch(width=4, depth=6, seed=seed),
 }
 
 
@@ -49,8 +50,9 @@ def cartpole_parallel(request: pytest.FixtureRequest) -> Iterator[Any]:
         MCTS(budget=24, leaves_per_batch=8, rollout_depth=15, seed=0),
         RandomShooting(budget=32, horizon=15, seed=0),
         RandomShooting(budget=32, horizon=15, iterations=2, seed=0),
+        BeamSearch(width=16, depth=20, seed=0),
     ],
-    ids=["mcts", "shooting", "cem"],
+    ids=["mcts", "shooting", "cem", "beam"],
 )
 def test_planners_balance_cartpole_for_200_steps(cartpole: Any, planner: Planner) -> None:
     ep = run_episode(planner, cartpole, seed=0, max_steps=200)
@@ -162,6 +164,9 @@ def test_rollout_equals_stepping_each_item(cartpole: Any, how: str) -> None:
         (RandomShooting, {"elite_frac": 0.0}, ValueError, r"elite_frac must be a finite number in \(0.0, 1.0\]"),
         (RandomShooting, {"smoothing": 1.0}, ValueError, r"smoothing must be .* \[0.0, 1.0\)"),
         (RandomShooting, {"budget": True}, TypeError, r"budget must be an integer >= 1, got bool"),
+        (BeamSearch, {"width": 0}, ValueError, r"width must be an integer >= 1, got 0"),
+        (BeamSearch, {"depth": 1.5}, TypeError, r"depth must be an integer >= 1, got float"),
+        (BeamSearch, {"discount": 0.0}, ValueError, r"discount must be a finite number in \(0.0, 1.0\]"),
     ],
 )
 def test_bad_parameters_raise_clear_errors(cls: type, kwargs: dict, error: type, match: str) -> None:
@@ -175,11 +180,13 @@ def test_wrong_action_space_or_planner_or_max_steps() -> None:
         state, _, _ = env.reset(seed=0)
         with pytest.raises(TypeError, match=r"MCTS needs a Discrete action space, got Box"):
             MCTS().plan(env, state)
+        with pytest.raises(TypeError, match=r"BeamSearch needs a Discrete action space, got Box"):
+            BeamSearch().plan(env, state)
         with pytest.raises(ValueError, match=r"max_steps must be an integer >= 1, got 0"):
             run_episode(RandomShooting(), env, max_steps=0)
         with pytest.raises(TypeError, match=r"planner must have plan\(env, state\)"):
             run_episode(object(), env)  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match=r"planner must be one of \['mcts', 'shooting'\], got 'astar'"):
+    with pytest.raises(ValueError, match=r"planner must be one of \['beam', 'mcts', 'shooting'\], got 'astar'"):
         make_planner("astar")
 
 

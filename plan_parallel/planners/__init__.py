@@ -1,4 +1,4 @@
-"""Reference planners built only on the public API: batched UCT/MCTS and random shooting / CEM-lite.
+"""Reference planners built only on the public API: batched UCT/MCTS, random shooting / CEM-lite, beam search.
 
 >>> import plan_parallel as pp
 >>> from plan_parallel.planners import MCTS, run_episode
@@ -15,8 +15,9 @@ and worker count.
 from __future__ import annotations
 
 from plan_parallel.planners.base import Meter, Planner, Rollouts, rollout
+from plan_parallel.planners.beam import BeamSearch
 from plan_parallel.planners.episode import Episode, run_episode
 from plan_parallel.planners.mcts import MCTS
 from plan_parallel.planners.shooting import RandomShooting
 
-__all__ = ["Planner", "MCTS", "RandomShooting", "Episode", "run_episode", "Meter", "Rollouts", "rollout"]
+__all__ = ["Planner", "MCTS", "RandomShooting", "BeamSearch", "Episode", "run_episode", "Meter", "Rollouts", "rollout"]

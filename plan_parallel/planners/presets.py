@@ -8,18 +8,20 @@ from __future__ import annotations
 from typing import Any
 
 from plan_parallel.planners.base import Planner
+from plan_parallel.planners.beam import BeamSearch
 from plan_parallel.planners.mcts import MCTS
 from plan_parallel.planners.shooting import RandomShooting
 
 __all__ = ["PLANNERS", "PRESETS", "make_planner"]
 
-PLANNERS: dict[str, type] = {"mcts": MCTS, "shooting": RandomShooting}
+PLANNERS: dict[str, type] = {"mcts": MCTS, "shooting": RandomShooting, "beam": BeamSearch}
 
 # env id -> planner name -> keyword arguments
 PRESETS: dict[str, dict[str, dict[str, Any]]] = {
     "CartPole-v1": {
         "mcts": {"budget": 64, "leaves_per_batch": 8, "rollout_depth": 20},
         "shooting": {"budget": 64, "horizon": 20},
+        "beam": {"width": 16, "depth": 20},
     },
     "Acrobot-v1": {
         "mcts": {"budget": 100, "leaves_per_batch": 16, "rollout_depth": 30, "dt": 6},
@@ -38,7 +40,7 @@ PRESETS: dict[str, dict[str, dict[str, Any]]] = {
 
 
 def make_planner(name: str, env_id: str | None = None, **params: Any) -> Planner:
-    """A planner by name (``"mcts"`` or ``"shooting"``), with the env's preset under ``params``.
+    """A planner by name (``"mcts"``, ``"shooting"`` or ``"beam"``), with the env's preset under ``params``.
 
     Args:
         name: a key of :data:`PLANNERS`.
