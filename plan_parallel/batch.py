@@ -40,17 +40,10 @@ from plan_parallel.inputs import (
     check_states,
     stack_observations,
 )
-from plan_parallel.loops import RolloutParts, UniformPolicy, to_rollout_batch
+from plan_parallel.chunks import Gathered, Job, encode, gather_rollout, out_bytes_guess, owned, split_by_cost
+from plan_parallel.loops import UniformPolicy
 from plan_parallel.state import State
-from plan_parallel.transport import (
-    PROTOCOL,
-    ArrayWriter,
-    SlabPool,
-    pack_states,
-    read_columns,
-    unpack_infos,
-    unpack_states,
-)
+from plan_parallel.transport import PROTOCOL, SlabPool, read_columns
 from plan_parallel.workers.base import Call, Reply, reraise
 from plan_parallel.workers.process import SPIN_SECONDS, ExternalProcess, default_context, spin_wait
 
@@ -83,54 +76,12 @@ def _per_worker_options(options: Any, n: int) -> list[dict]:
                     f"got {type(options).__name__}")
 
 
-def _owned(x: Any) -> Any:
-    """A private copy of an input array (the caller may reuse its own while chunks wait)."""
-    return x.copy() if isinstance(x, np.ndarray) else x
-
-
-def _rows(cols: dict, rep: dict, name: str) -> list:
-    """Observations of a chunk: the slab column's rows (read-only copies), else the pickled list."""
-    if name in cols:
-        arr = cols[name].copy()  # may be a view of the slab
-        arr.flags.writeable = False  # the states keep these rows; callers get stacked copies
-        return list(arr)
-    return rep[name]
-
-
-def _with_obs(states: list[State], obs: list) -> list[State]:
-    for s, o in zip(states, obs):
-        s.obs = o
-    return states
-
-
 def _dumps(obj: Any) -> bytes:
     """Pickle a call; an unpicklable state is the caller's error (StateError), raised before sending."""
     try:
         return pickle.dumps(obj, PROTOCOL)
     except (pickle.PicklingError, TypeError, AttributeError) as e:
         raise StateError(f"cannot send to a worker: the input does not pickle ({type(e).__name__}: {e})") from e
-
-
-def split_by_cost(dt: int | np.ndarray, n: int, w: int) -> list[tuple[int, int]]:
-    """Contiguous ``(start, stop)`` chunks of ``n`` items for ``w`` workers, balanced by sum of dt.
-
-    Every chunk is non-empty; there are ``min(n, w)`` of them.
-    """
-    k = min(n, w)
-    if k == 0:
-        return []
-    if isinstance(dt, int) or k == 1:
-        bounds = [round(i * n / k) for i in range(k + 1)]
-    else:
-        cum = np.cumsum(dt)
-        total = float(cum[-1])
-        bounds = [0]
-        for j in range(1, k):
-            b = int(np.searchsorted(cum, total * j / k, side="left")) + 1
-            b = min(max(b, bounds[-1] + 1), n - (k - j))  # non-empty chunks on both sides
-            bounds.append(b)
-        bounds.append(n)
-    return [(bounds[i], bounds[i + 1]) for i in range(k)]
 
 
 @dataclass
@@ -154,64 +105,6 @@ class _Part:
 
 
 @dataclass
-class _Job:
-    """The checked inputs of one batch (owned copies), from which its chunks are encoded."""
-
-    op: str  # "step_batch" or "rollout_batch"
-    actions: Any  # (N, ...) or (N, T, ...); None when a policy acts
-    states: list | None  # None: every item starts from ``needs``
-    dt: int | np.ndarray
-    seeds: np.ndarray | None
-    needs: State | None  # the current state the items start from (states=None)
-    extra: dict = field(default_factory=dict)  # rollout fields: horizon, policy, return_all
-    steps_per_item: int = 1  # T for a rollout: the cost of an item is dt * T
-
-    @property
-    def act_arr(self) -> bool:
-        return isinstance(self.actions, np.ndarray) and not self.actions.dtype.hasobject
-
-    def cost(self, lo: int, hi: int) -> int:
-        """Env steps of items lo..hi at most (for chunking and expected durations)."""
-        dt = self.dt
-        per = dt * (hi - lo) if isinstance(dt, int) else int(np.sum(dt[lo:hi]))
-        return per * self.steps_per_item
-
-
-class _Gathered:
-    """The results of a step_batch, filled chunk by chunk as replies arrive (in any order)."""
-
-    def __init__(self, n: int) -> None:
-        self.n = n
-        self.states: list = [None] * n
-        self.rewards = np.empty(n, dtype=np.float64)
-        self.terms = np.empty(n, dtype=bool)
-        self.truncs = np.empty(n, dtype=bool)
-        self.infos: list = [None] * n
-        self.obs_arr: np.ndarray | None = None  # while every chunk's observations stack alike
-        self.obs_list: list | None = None  # otherwise, one per item
-        self.ranges: list[tuple[int, int]] = []
-
-    def put_obs(self, lo: int, hi: int, column: np.ndarray | None, rows: list | None) -> None:
-        """Observations lo..hi: a slab column (a view, copied here) or the pickled rows."""
-        if column is not None and self.obs_list is None:
-            if self.obs_arr is None:
-                self.obs_arr = np.empty((self.n,) + column.shape[1:], dtype=column.dtype)
-            if self.obs_arr.shape[1:] == column.shape[1:] and self.obs_arr.dtype == column.dtype:
-                self.obs_arr[lo:hi] = column
-                return
-        self._as_list()
-        self.obs_list[lo:hi] = list(column.copy()) if column is not None else rows  # type: ignore[index]
-
-    def _as_list(self) -> None:
-        if self.obs_list is None:
-            self.obs_list = [None] * self.n
-            if self.obs_arr is not None:
-                for lo, hi in self.ranges:
-                    self.obs_list[lo:hi] = list(self.obs_arr[lo:hi])
-            self.obs_arr = None
-
-
-@dataclass
 class BatchFuture:
     """The pending result of :meth:`BatchEnv.step_batch_async`."""
 
@@ -223,8 +116,8 @@ class BatchFuture:
     started: float = 0.0
     _finisher: Callable[["BatchFuture"], StepBatch] | None = None
     pending: deque = field(default_factory=deque)  # chunks (lo, hi) not sent yet
-    job: "_Job | None" = None  # the batch's inputs, for encoding pending chunks
-    acc: "_Gathered | None" = None  # step_batch results gathered so far
+    job: "Job | None" = None  # the batch's inputs, for encoding pending chunks
+    acc: "Gathered | None" = None  # step_batch results gathered so far
     size_class: tuple[str, int] | None = None  # (op, bits of its env-step count), for _run_here
     finished: bool = False  # value is set (it may be None: a state op returns nothing)
 
@@ -777,7 +670,7 @@ class BatchEnv:
         seeds = check_seeds(seeds, n, self._reseedable)
         # The batch owns its inputs: the caller may reuse its arrays while chunks wait to be sent.
         actions = actions.copy() if isinstance(actions, np.ndarray) else list(actions)
-        job = _Job("step_batch", actions, states, _owned(dt), _owned(seeds), self._state if states is None else None)
+        job = Job("step_batch", actions, states, owned(dt), owned(seeds), self._state if states is None else None)
         fut = BatchFuture(self, n, started=time.perf_counter())
         if n == 0:
             self.stats["batches"] += 1  # counted as inline counts it
@@ -830,15 +723,15 @@ class BatchEnv:
         acts = req.actions
         if acts is not None:
             acts = acts.copy() if isinstance(acts, np.ndarray) else [list(a) for a in acts]
-        job = _Job(
-            "rollout_batch", acts, None if req.states is None else list(req.states), _owned(req.dt),
-            _owned(req.seeds), current, steps_per_item=req.horizon,
+        job = Job(
+            "rollout_batch", acts, None if req.states is None else list(req.states), owned(req.dt),
+            owned(req.seeds), current, steps_per_item=req.horizon,
             extra={"horizon": req.horizon, "policy": req.policy_blob, "return_all": req.return_all},
         )
         fut = BatchFuture(self, req.n, started=time.perf_counter())
         return self._submit(fut, job)
 
-    def _submit(self, fut: BatchFuture, job: _Job) -> BatchFuture:
+    def _submit(self, fut: BatchFuture, job: Job) -> BatchFuture:
         """Run ``job`` here when it is too small to gain from workers, else send its chunks."""
         steps = job.cost(0, fut.n)
         fut.size_class = (job.op, steps.bit_length())
@@ -903,7 +796,7 @@ class BatchEnv:
                 self._local.set_state(self._state)
         return self._local
 
-    def _run_local(self, job: _Job, n: int) -> Any:
+    def _run_local(self, job: Job, n: int) -> Any:
         self._ensure_local()
         self.stats["inline_batches"] += 1
         self.stats["batches"] += 1
@@ -929,7 +822,7 @@ class BatchEnv:
         per_worker = steps * self._step_s / w
         return min(n, w * int(max(1, min(3, per_worker // CHUNK_SECONDS))))
 
-    def _dispatch(self, fut: BatchFuture, job: _Job) -> None:
+    def _dispatch(self, fut: BatchFuture, job: Job) -> None:
         n = fut.n
         fut.pending.extend(split_by_cost(job.dt, n, self._n_chunks(n, job.cost(0, n))))
         fut.job = job
@@ -964,135 +857,53 @@ class BatchEnv:
                 self._feed_one(fut, wi)
                 return
 
-    def _encode(self, job: _Job, lo: int, hi: int) -> tuple[dict, Any]:
-        """The request of chunk lo..hi: arrays into a shared-memory slab where they fit, the rest pickled.
-
-        The request format is documented on the worker's ops
-        (:meth:`~plan_parallel.workers.process._Server.op_step_batch`, ``op_rollout_batch``).
-        """
-        m = hi - lo
-        actions, dt, seeds = job.actions, job.dt, job.seeds
-        sub_states = None if job.states is None else job.states[lo:hi]
-        with_obs = job.op == "rollout_batch" and actions is None  # a policy reads the start observation
-        est_in = (actions[lo:hi].nbytes if job.act_arr else 0) + 16 * m + 128
-        if sub_states is not None and isinstance(sub_states[0].sim, np.ndarray):
-            est_in += sub_states[0].sim.nbytes * m
-        per_out = self._out_per_item.get(job.op) or self._guess_out(sub_states) * (
-            1 + (job.steps_per_item if job.extra.get("return_all") else 0))
+    def _encode(self, job: Job, lo: int, hi: int) -> tuple[dict, Any]:
+        """Chunk lo..hi's request (see :func:`plan_parallel.chunks.encode`); a slab on the process backend only."""
+        per_out = self._out_per_item.get(job.op)
+        if per_out is None:
+            first = job.states[lo] if job.states is not None else self._state
+            per_out = out_bytes_guess(self.observation_space, first) * (
+                1 + (job.steps_per_item if job.extra.get("return_all") else 0))
         # No shared memory on Ray (the actor may be on another machine): arrays go in the pickle.
-        slab = self._pool.acquire(est_in + per_out * m + 256) if self.backend == "process" else None
-        w = ArrayWriter(slab)
-        req: dict[str, Any] = {"n": m, "slab": slab and slab.name, "slab_size": slab and slab.size,
-                               "actions": None, "dt": None, "seeds": None, "first_index": lo, **job.extra}
-        if actions is not None and not (job.act_arr and w.put_array("actions", actions[lo:hi])):
-            req["actions"] = actions[lo:hi]
-        if isinstance(dt, int):
-            req["dt"] = dt
-        elif not w.put_array("dt", dt[lo:hi]):
-            req["dt"] = dt[lo:hi]
-        if seeds is not None and not w.put_array("seeds", seeds[lo:hi]):
-            req["seeds"] = seeds[lo:hi]
-        req["states"] = None if sub_states is None else pack_states(sub_states, w, "in_", with_obs=with_obs)
-        req["layout"] = w.layout
-        req["out_offset"] = -(-w.pos // 64) * 64
-        return req, slab
+        return encode(job, lo, hi, per_out, self._pool.acquire if self.backend == "process" else None)
 
-    def _guess_out(self, states: Any) -> int:
-        sim = 0
-        if states is not None and isinstance(states[0].sim, np.ndarray):
-            sim = states[0].sim.nbytes
-        elif self._state is not None and isinstance(self._state.sim, np.ndarray):
-            sim = self._state.sim.nbytes
-        obs = getattr(self.observation_space, "shape", None)
-        dtype = getattr(self.observation_space, "dtype", None)
-        obs_bytes = int(np.prod(obs)) * np.dtype(dtype).itemsize if obs and dtype is not None else 0
-        return sim + obs_bytes + 64
-
-    def _chunks(self, fut: BatchFuture) -> Iterator[tuple[_Part, dict, dict]]:
-        """The batch's chunk replies in input order, with their slab columns.
-
-        The ``obs`` column is a view of the slab, valid until the consumer asks
-        for the next chunk (the slab is then released): copy it where it belongs.
-        """
-        for part in sorted((p for p in fut.parts if p.call.op == fut.job.op), key=lambda p: p.lo):  # type: ignore[union-attr]
-            rep = part.reply.value  # type: ignore[union-attr]
-            cols = read_columns(part.slab, rep["layout"], views=("obs",))
-            m = part.hi - part.lo
-            op = part.call.op
-            self._out_per_item[op] = max(self._out_per_item.get(op, 0), -(-rep["needed"] // m) + 64)
-            try:
-                yield part, rep, cols
-            finally:
-                self._release(part)
+    def _read(self, part: _Part) -> tuple[dict, dict[str, np.ndarray]]:
+        """A chunk reply and its slab columns (``obs`` a view: copy it before :meth:`_release`)."""
+        rep = part.reply.value  # type: ignore[union-attr]
+        m, op = part.hi - part.lo, part.call.op
+        self._out_per_item[op] = max(self._out_per_item.get(op, 0), -(-rep["needed"] // m) + 64)
+        return rep, read_columns(part.slab, rep["layout"], views=("obs",))
 
     def _absorb(self, part: _Part) -> None:
-        """Copy one step_batch chunk's results into its future's :class:`_Gathered`, then free its slab."""
+        """Copy one step_batch chunk's results into its future's :class:`Gathered`, then free its slab."""
         fut = part.future
-        acc = fut.acc = fut.acc or _Gathered(fut.n)
-        rep = part.reply.value  # type: ignore[union-attr]
-        lo, hi, m = part.lo, part.hi, part.hi - part.lo
-        cols = read_columns(part.slab, rep["layout"], views=("obs",))
-        self._out_per_item["step_batch"] = max(self._out_per_item.get("step_batch", 0), -(-rep["needed"] // m) + 64)
-        acc.rewards[lo:hi] = rep["rewards"]
-        acc.terms[lo:hi] = rep["terminations"]
-        acc.truncs[lo:hi] = rep["truncations"]
-        acc.put_obs(lo, hi, cols.get("obs"), rep.get("obs"))
-        self._release(part)
-        acc.states[lo:hi] = unpack_states(rep["states"], cols, "", m)
-        infos = unpack_infos(rep["infos"], m)
-        for info, k in zip(infos, rep["n_steps"].tolist()):
-            info["n_steps"] = k
-        acc.infos[lo:hi] = infos
-        acc.ranges.append((lo, hi))
+        acc = fut.acc = fut.acc or Gathered(fut.n)
+        rep, cols = self._read(part)
+        try:
+            acc.absorb(part.lo, part.hi, rep, cols)
+        finally:
+            self._release(part)
 
     def _finish(self, fut: BatchFuture) -> StepBatch:
-        acc = fut.acc or _Gathered(fut.n)
-        states = acc.states
-        if acc.obs_arr is not None:
-            # The states keep their own rows: the caller may change the returned array in place.
-            kept = acc.obs_arr.copy()
-            kept.flags.writeable = False
-            for s, o in zip(states, kept):
-                s.obs = o
-            observations = acc.obs_arr
-            want = getattr(self.observation_space, "dtype", None)
-            if want is not None and observations.dtype != want and observations.shape[1:] == self.observation_space.shape:
-                # An env whose obs dtype differs from its space: stacked like inline does.
-                observations = observations.astype(want)
-        else:
-            obs_list = acc.obs_list or []
-            for s, o in zip(states, obs_list):
-                s.obs = o
-            observations = stack_observations(self.observation_space, obs_list)
-        self._account(fut, int(sum(i["n_steps"] for i in acc.infos)))
-        return StepBatch(states, observations, acc.rewards, acc.terms, acc.truncs, acc.infos)
+        acc = fut.acc or Gathered(fut.n)
+        self._account(fut, acc.total_steps)
+        return acc.result(self.observation_space)
 
     def _finish_rollout(self, fut: BatchFuture) -> RolloutBatch:
-        states: list[State] = []
-        obs: list = []
-        rewards, terms, truncs, n_steps, infos = [], [], [], [], []
-        all_states: list | None = [] if fut.job.extra["return_all"] else None  # type: ignore[union-attr]
-        all_obs: list | None = [] if all_states is not None else None
-        horizon = fut.job.extra["horizon"]  # type: ignore[union-attr]
-        for part, rep, cols in self._chunks(fut):
-            m = part.hi - part.lo
-            chunk_states = _with_obs(unpack_states(rep["states"], cols, "", m), _rows(cols, rep, "obs"))
-            states.extend(chunk_states)
-            obs.extend(s.obs for s in chunk_states)
-            rewards.append(rep["rewards"])
-            terms.extend(rep["terminations"].tolist())
-            truncs.extend(rep["truncations"].tolist())
-            n_steps.extend(rep["n_steps"].tolist())
-            infos.extend(unpack_infos(rep["infos"], m))
-            if all_states is not None:
-                flat = _with_obs(unpack_states(rep["all_states"], cols, "all_", m * horizon),
-                                 _rows(cols, rep, "all_obs"))
-                all_states.extend(flat[k * horizon:(k + 1) * horizon] for k in range(m))
-                all_obs.extend([s.obs for s in row] for row in all_states[-m:])  # type: ignore[union-attr]
-        rew = np.concatenate(rewards) if rewards else np.zeros((0, horizon), dtype=np.float64)
-        self._account(fut, int(sum(n_steps)))
-        return to_rollout_batch(self.observation_space, RolloutParts(
-            states, obs, rew, terms, truncs, n_steps, infos, all_states, all_obs))
+        job = fut.job
+        assert job is not None
+
+        def chunks() -> Iterator[tuple[int, int, dict, dict[str, np.ndarray]]]:
+            for part in sorted((p for p in fut.parts if p.call.op == job.op), key=lambda p: p.lo):
+                rep, cols = self._read(part)
+                try:
+                    yield part.lo, part.hi, rep, cols
+                finally:
+                    self._release(part)
+
+        batch, steps = gather_rollout(self.observation_space, job.extra["horizon"], job.extra["return_all"], chunks())
+        self._account(fut, steps)
+        return batch
 
     def _account(self, fut: BatchFuture, total_steps: int) -> None:
         """Telemetry, and the measured times that size chunks and decide where batches run."""

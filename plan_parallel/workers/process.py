@@ -213,7 +213,7 @@ class _Server:
             reply[prefix + "obs"] = obs
 
     def op_step_batch(self, req: dict) -> dict:
-        """Decode a chunk from its slab, run it, write the results back. See BatchEnv._encode.
+        """Decode a chunk from its slab, run it, write the results back. See plan_parallel.chunks.encode.
 
         ``req["seeds"]`` (optional; a slab column or the request's value): None or
         N ints, the per-item seeds of ``step_batch``.
