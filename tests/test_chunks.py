@@ -1,0 +1,28 @@
+"""The batch codec's pure parts: how a batch is split into chunks."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from plan_parallel.chunks import split_by_cost
+
+
+@pytest.mark.timeout(60)
+@given(
+    dt=st.one_of(st.integers(1, 8), st.lists(st.integers(1, 50), min_size=0, max_size=60)),
+    w=st.integers(1, 9),
+)
+def test_split_by_cost_covers_the_batch_in_order_with_non_empty_balanced_chunks(dt: object, w: int) -> None:
+    n = 37 if isinstance(dt, int) else len(dt)
+    costs = np.full(n, dt) if isinstance(dt, int) else np.array(dt, dtype=np.int64)
+    chunks = split_by_cost(dt if isinstance(dt, int) else costs, n, w)
+    assert len(chunks) == min(n, w)
+    if chunks:
+        assert [lo for lo, _ in chunks] == [0] + [hi for _, hi in chunks[:-1]]  # contiguous, in order
+        assert all(hi > lo for lo, hi in chunks)
+        assert chunks[-1][1] == n
+        # Balanced: no chunk costs more than a fair share plus one item's cost.
+        fair = costs.sum() / len(chunks)
+        assert max(costs[lo:hi].sum() for lo, hi in chunks) <= fair + costs.max()
