@@ -725,7 +725,7 @@ class BatchEnv:
             acts = acts.copy() if isinstance(acts, np.ndarray) else [list(a) for a in acts]
         job = Job(
             "rollout_batch", acts, None if req.states is None else list(req.states), owned(req.dt),
-            owned(req.seeds), current, steps_per_item=req.horizon,
+            owned(req.seeds), current, steps_per_item=req.horizon, policy=req.policy,
             extra={"horizon": req.horizon, "policy": req.policy_blob, "return_all": req.return_all},
         )
         fut = BatchFuture(self, req.n, started=time.perf_counter())
@@ -804,9 +804,8 @@ class BatchEnv:
         if job.op == "step_batch":
             states = job.states if job.states is not None else [self._local.get_state()] * n
             return self._local.step_batch_checked(job.actions, states, job.dt, job.seeds)
-        policy = None if job.extra["policy"] is None else pickle.loads(job.extra["policy"])
         return self._local.rollout_batch(
-            job.states, job.actions, job.dt, horizon=job.extra["horizon"], policy=policy, seeds=job.seeds,
+            job.states, job.actions, job.dt, horizon=job.extra["horizon"], policy=job.policy, seeds=job.seeds,
             return_all=job.extra["return_all"],
         )
 

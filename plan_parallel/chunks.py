@@ -74,7 +74,8 @@ class Job:
     dt: int | np.ndarray
     seeds: np.ndarray | None
     needs: State | None  # the current state the items start from (states=None)
-    extra: dict = field(default_factory=dict)  # rollout fields: horizon, policy, return_all
+    extra: dict = field(default_factory=dict)  # rollout fields sent to workers: horizon, policy (pickled), return_all
+    policy: Any = None  # the caller's policy itself, for a rollout run in this process
     steps_per_item: int = 1  # T for a rollout: the cost of an item is dt * T
 
     @property
