@@ -28,8 +28,6 @@ import numpy as np
 from plan_parallel.env import PlanEnv
 from plan_parallel.errors import ClosedError, StateError, WorkerCrashedError, WorkerTimeoutError
 from plan_parallel.inputs import (
-    RolloutBatch,
-    StepBatch,
     check_action,
     check_actions,
     check_dt,
@@ -38,8 +36,8 @@ from plan_parallel.inputs import (
     check_seed,
     check_seeds,
     check_states,
-    stack_observations,
 )
+from plan_parallel.results import RolloutBatch, StepBatch, stack_observations
 from plan_parallel.chunks import Gathered, Job, encode, gather_rollout, out_bytes_guess, owned, split_by_cost
 from plan_parallel.loops import UniformPolicy
 from plan_parallel.state import State

@@ -14,7 +14,7 @@ from typing import Any, Callable, Iterable
 import numpy as np
 from gymnasium import spaces
 
-from plan_parallel.inputs import RolloutBatch, StepBatch, stack_observations
+from plan_parallel.results import RolloutBatch, StepBatch, stack_observations
 from plan_parallel.loops import RolloutParts, to_rollout_batch
 from plan_parallel.state import State
 from plan_parallel.transport import ArrayWriter, Slab, pack_states, unpack_infos, unpack_states

@@ -13,8 +13,6 @@ import numpy as np
 from plan_parallel.errors import ClosedError, StateError
 from plan_parallel.factory import EnvFactory
 from plan_parallel.inputs import (
-    RolloutBatch,
-    StepBatch,
     check_action,
     check_actions,
     check_dt,
@@ -22,8 +20,8 @@ from plan_parallel.inputs import (
     check_seed,
     check_seeds,
     check_states,
-    stack_observations,
 )
+from plan_parallel.results import RolloutBatch, StepBatch, stack_observations
 from plan_parallel.loops import Policy, RolloutParts, UniformPolicy, run_items, run_rollouts, to_rollout_batch
 from plan_parallel.state import Adapter, State, bind
 
@@ -315,7 +313,7 @@ class PlanEnv:
             return_all: also return every intermediate state and observation.
 
         Returns:
-            A :class:`~plan_parallel.inputs.RolloutBatch`.
+            A :class:`~plan_parallel.results.RolloutBatch`.
 
         Raises:
             ValueError/TypeError: bad shapes, horizon missing or not matching T,

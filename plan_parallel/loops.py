@@ -23,7 +23,7 @@ from typing import Any, Callable, NamedTuple, Sequence
 import numpy as np
 from gymnasium import spaces
 
-from plan_parallel.inputs import RolloutBatch, stack_observations
+from plan_parallel.results import RolloutBatch, stack_observations
 from plan_parallel.state import ActionLog, Adapter, State
 from plan_parallel.state.core import Pickled
 
@@ -104,7 +104,7 @@ def run_items(
 class RolloutParts(NamedTuple):
     """What :func:`run_rollouts` returns: plain lists and arrays, ready to ship or stack.
 
-    Fields as in :class:`~plan_parallel.inputs.RolloutBatch`, unstacked:
+    Fields as in :class:`~plan_parallel.results.RolloutBatch`, unstacked:
     ``observations`` is a list of N observations, ``rewards`` a float64 ``(N, T)``
     array, ``terminations``/``truncations``/``n_steps`` lists of N bools/ints,
     ``all_states``/``all_observations`` N lists of T entries (or None).

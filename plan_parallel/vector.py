@@ -30,10 +30,11 @@ from gymnasium.error import AlreadyPendingCallError, NoAsyncCallError
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space, concatenate, create_empty_array
 
-import plan_parallel as pp
+from plan_parallel.build import make
 from plan_parallel.errors import ClosedError, StateError, WorkerTimeoutError
 from plan_parallel.inputs import check_states
-from plan_parallel.state import State
+from plan_parallel.results import StepBatch
+from plan_parallel.state import State, get_state
 from plan_parallel.vector_inputs import (
     check_autoreset_flags,
     check_indices,
@@ -202,8 +203,8 @@ class PlanVectorEnv(VectorEnv):
         self.autoreset_mode = mode
         self.recover = recover
         self.copy = bool(copy)
-        self._new_local: Callable[[], Any] = lambda: pp.make(env, backend="inline", adapter=adapter, **env_kwargs)
-        self._plan = pp.make(env, backend=backend, n_workers=n_workers, **opts, **env_kwargs)
+        self._new_local: Callable[[], Any] = lambda: make(env, backend="inline", adapter=adapter, **env_kwargs)
+        self._plan = make(env, backend=backend, n_workers=n_workers, **opts, **env_kwargs)
         try:
             self._local = self._plan if backend == "inline" else self._new_local()
         except BaseException:
@@ -376,7 +377,7 @@ class PlanVectorEnv(VectorEnv):
         """A future of ``step_batch(actions, states)``; the inline backend runs it now."""
         if not states:  # every sub-env resets: nothing to step (and step_batch cannot stack 0 Dict obs)
             empty = np.zeros(0)
-            return _Done(pp.StepBatch([], None, empty, empty.astype(np.bool_), empty.astype(np.bool_), []))
+            return _Done(StepBatch([], None, empty, empty.astype(np.bool_), empty.astype(np.bool_), []))
         if self._plan is self._local:
             return _Done(self._plan.step_batch(actions, states))
         return self._plan.step_batch_async(actions, states)
@@ -702,7 +703,7 @@ class PlanVectorEnv(VectorEnv):
             self._local_used = True
             old = env.get_wrapper_attr(name)
             env.set_wrapper_attr(name, value)
-            s = pp.get_state(env)
+            s = get_state(env)
             state = State(s.kind, s.sim, s.extra, s.rng, s.wrappers, old_state.obs)
             if not _same_value(old, value):
                 env.set_wrapper_attr(name, old)  # is the value in the state, or only on this env?

@@ -1,0 +1,83 @@
+"""What the planning calls return: :class:`StepBatch` and :class:`RolloutBatch`, and how observations stack."""
+from __future__ import annotations
+
+from typing import Any, NamedTuple, Sequence
+
+import numpy as np
+from gymnasium import spaces
+
+from plan_parallel.state import State
+
+__all__ = ["StepBatch", "RolloutBatch", "stack_observations"]
+
+
+class StepBatch(NamedTuple):
+    """The result of ``step_batch``, in input order.
+
+    Attributes:
+        states: the state after each item (a sequence of N :class:`State`).
+        observations: stacked observations, shape ``(N, *obs_shape)`` (a dict or
+            tuple of such arrays for Dict/Tuple observation spaces).
+        rewards: float64 ``(N,)``, each the sum over the item's env steps.
+        terminations: bool ``(N,)``.
+        truncations: bool ``(N,)``.
+        infos: N dicts: the last step's info, plus ``"n_steps"``, the env steps taken.
+    """
+
+    states: Sequence[State]
+    observations: Any
+    rewards: np.ndarray
+    terminations: np.ndarray
+    truncations: np.ndarray
+    infos: list
+
+
+class RolloutBatch(NamedTuple):
+    """The result of ``rollout_batch``: N action sequences of horizon T, in input order.
+
+    Step t of item i applies its action ``dt[i]`` times (as one ``step_batch``
+    item does); an item stops at the first step that terminates or truncates.
+
+    Attributes:
+        states: the state after each item's last step (a sequence of N :class:`State`).
+        observations: the observation after each item's last step, stacked as in
+            :class:`StepBatch`, shape ``(N, *obs_shape)``.
+        rewards: float64 ``(N, T)``: ``rewards[i, t]`` is the sum over step t's
+            env steps; 0.0 for the steps after item i stopped.
+        terminations: bool ``(N,)``: the item's last step terminated.
+        truncations: bool ``(N,)``: the item's last step truncated.
+        n_steps: int64 ``(N,)``: env steps each item ran (dt repeats counted).
+        infos: N dicts: each item's last step's info (as the env returned it,
+            without ``"n_steps"``: that is the ``n_steps`` field).
+        all_states: with ``return_all=True``, N lists of T states: the state after
+            every step; entries after an item stopped repeat its final state
+            (so ``all_states[i][-1]`` is ``states[i]``). None otherwise.
+        all_observations: with ``return_all=True``, the observation after every
+            step, stacked to ``(N, T, *obs_shape)`` (a dict or tuple of such
+            arrays for Dict/Tuple spaces), entries after an item stopped repeating
+            its final observation. None otherwise.
+    """
+
+    states: Sequence[State]
+    observations: Any
+    rewards: np.ndarray
+    terminations: np.ndarray
+    truncations: np.ndarray
+    n_steps: np.ndarray
+    infos: list
+    all_states: list | None = None
+    all_observations: Any = None
+
+
+def stack_observations(space: spaces.Space, obs: list) -> Any:
+    """Stack N observations into the batched form of ``space``."""
+    if isinstance(space, (spaces.Box, spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary)):
+        if not obs:
+            return np.empty((0,) + tuple(space.shape), dtype=space.dtype)
+        return np.array(obs, dtype=space.dtype)
+    from gymnasium.vector.utils import concatenate, create_empty_array
+
+    out = create_empty_array(space, n=len(obs))
+    if not obs:
+        return out  # concatenate cannot stack zero items
+    return concatenate(space, obs, out)
