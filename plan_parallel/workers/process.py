@@ -10,14 +10,16 @@ disappears (checked every second), so a killed parent leaves no orphans.
 """
 from __future__ import annotations
 
+import contextlib
 import multiprocessing as mp
 import os
 import pickle
 import select
 import signal
+import sys
 import time
 from multiprocessing.connection import Connection, wait
-from typing import Any
+from typing import Any, Iterator
 
 import numpy as np
 
@@ -35,6 +37,30 @@ def default_context() -> str:
     GUI, a data loader) can deadlock the child.
     """
     return "forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn"
+
+
+@contextlib.contextmanager
+def _main_not_rerun() -> Iterator[None]:
+    """Start processes that do not re-run the user's ``__main__`` (spawn and forkserver would).
+
+    multiprocessing hands a child the path (or module name) of ``__main__`` so it
+    can import it again; a script without an ``if __name__ == "__main__":`` guard
+    would then start workers from inside its workers. The factory travels
+    cloudpickled (functions and classes of ``__main__`` by value), so the workers
+    never need ``__main__``: it is hidden while the process starts.
+    """
+    main = sys.modules.get("__main__")
+    saved = {k: main.__dict__[k] for k in ("__file__", "__spec__") if main is not None and k in main.__dict__}
+    try:
+        for k in saved:
+            if k == "__spec__":
+                main.__spec__ = None  # type: ignore[union-attr]
+            else:
+                del main.__dict__[k]  # type: ignore[union-attr]
+        yield
+    finally:
+        if main is not None:
+            main.__dict__.update(saved)
 
 
 def describe_exit(code: int | None) -> str:
@@ -71,7 +97,8 @@ class ExternalProcess:
             target=worker_main, args=(child, blob, index, os.getpid()), daemon=True,
             name=f"plan_parallel-worker-{index}",
         )
-        self.process.start()
+        with _main_not_rerun():
+            self.process.start()
         child.close()
         self.ready: dict = {}
         self._ready_poll: Any = None
