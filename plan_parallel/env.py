@@ -80,8 +80,11 @@ class PlanEnv:
 
     @property
     def gym_env(self) -> Any:
-        """The underlying gymnasium env (for rendering; stepping it bypasses the state tracking)."""
+        """The underlying gymnasium env, at the current state (for rendering; stepping it bypasses the state tracking)."""
         self._check_open()
+        if not self._live_is_current and self._state is not None:
+            self._adapter.restore(self._state)
+            self._live_is_current = True
         return self._env
 
     # -------------------------------------------------------------------- helpers
@@ -94,10 +97,13 @@ class PlanEnv:
             raise StateError("the env has no current state yet: call reset(seed) or set_state(state) first")
         return self._state
 
-    def _sync_live(self) -> None:
-        if not self._live_is_current:
-            self._adapter.restore(self._current())
-            self._live_is_current = True
+    def validate(self, state: State) -> None:
+        """Check that ``state`` can restore this env (its kind and simulator part).
+
+        Raises:
+            StateError: ``state`` belongs to another env or is malformed.
+        """
+        self._adapter.validate(state)
 
     # -------------------------------------------------------------------- API
     def reset(self, seed: int | None = None, options: dict | None = None) -> tuple[State, Any, dict]:
@@ -257,8 +263,9 @@ class PlanEnv:
         seeds: np.ndarray | None = None,
         first_index: int = 0,
         return_all: bool = False,
+        n: int | None = None,
     ) -> RolloutParts:
-        """Roll out already-checked items (``states=None``: N = len(seeds or actions) copies of the current state).
+        """Roll out already-checked items (``states=None``: ``n`` copies of the current state).
 
         The work of a worker: inputs were checked by the caller before sending.
         With ``actions`` and ``policy`` both None, uniform random actions are
@@ -266,8 +273,9 @@ class PlanEnv:
         """
         self._check_open()
         if states is None:
-            assert actions is not None or seeds is not None, "states=None needs actions or seeds to fix N"
-            states = [self._current()] * (len(actions) if actions is not None else len(seeds))  # type: ignore[arg-type]
+            if n is None:
+                n = len(actions) if actions is not None else len(seeds)  # type: ignore[arg-type]
+            states = [self._current()] * n
         if actions is None and policy is None:
             policy = self.uniform_policy()
         return self._timed(len(states), run_rollouts, states, actions, dt, horizon, policy=policy, seeds=seeds,

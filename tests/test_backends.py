@@ -677,20 +677,3 @@ def test_empty_batch_with_dict_observations(shared_envs: Make, backend: str) -> 
     b = env.step_batch(np.empty((0,) + env.action_space.shape, dtype=env.action_space.dtype), states=[])
     assert set(b.observations) == set(env.observation_space.spaces)
     assert all(len(v) == 0 for v in b.observations.values())
-
-
-@pytest.mark.timeout(60)
-def test_a_noisy_first_measurement_does_not_keep_small_batches_here_for_good() -> None:
-    """After the workers were measured absurdly slow, small batches still reach them now and then."""
-    with pp.make(CounterEnv, n_workers=2, horizon=30) as env:
-        s = env.reset(seed=0)[0]
-        acts = np.array([0, 1])
-        env.step_batch(acts, states=[s, s])  # measured on the workers first
-        env.step_batch(acts, states=[s, s])  # then in this process
-        key = next(k for k in env._speed if k[2] == "workers")
-        env._speed[key] = 1.0  # as if the machine had been swamped during that call: 1 s a step
-        on_workers = env.stats["batches"] - env.stats["inline_batches"]
-        for _ in range(140):
-            env.step_batch(acts, states=[s, s])
-        assert env.stats["batches"] - env.stats["inline_batches"] > on_workers, "no batch reached the workers again"
-        assert env._speed[key] < 1.0, "the workers' figure was never measured again"

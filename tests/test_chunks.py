@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from plan_parallel.chunks import split_by_cost
+from plan_parallel.wire.codec import split_by_cost
 
 
 @pytest.mark.timeout(60)

@@ -198,7 +198,7 @@ TABLE = [
     Row("hang", "set_state", "sync_states", "timeout", WorkerTimeoutError,
         rf"worker [01] \(pid (\d+)\) did not finish set_state within {TIMEOUT} s"),
     Row("hang", "set_state", "item-state", "timeout", WorkerTimeoutError,
-        rf"worker 1 \(pid (\d+)\) did not finish step_batch \(2 items\) within {TIMEOUT} s"),
+        rf"worker 1 \(pid (\d+)\) did not finish step_batch \([12] items\) within {TIMEOUT} s"),
     # ---- set_state is lazy on the process backend: its failure must still reach the caller
     pytest.param(Row("raise", "set_state", "set_state", "raises", ValueError, r"injected fault in set_state",
                      r"raised in worker [01] \(pid (\d+)\) during set_state", once=False)),
@@ -257,7 +257,9 @@ def check_row(row: Row, env: Any, oracle: pp.PlanEnv, tmp_path: Path, run: Calla
     elif row.outcome == "crashed":
         with pytest.raises(WorkerCrashedError, match=row.message) as info:
             run(env, row.via, s0, s_trig)
-        wait_dead(int(re.search(row.message, str(info.value)).group(1)), 5.0)  # the pid named is the dead one
+        named = re.search(row.message, str(info.value)).group(1)
+        if named is not None:  # a Ray actor that died before saying it was ready is named without a pid
+            wait_dead(int(named), 5.0)  # the pid named is the dead one
         # Broken for good, and says so on every call, until closed.
         with pytest.raises(WorkerCrashedError, match=r"restarts used of 1"):
             env.step_batch(ACTS4, states=[s0] * 4)
@@ -285,7 +287,7 @@ def test_env_raises_while_building(oracle: pp.PlanEnv) -> None:
     with pytest.raises(ValueError, match=r"injected fault in init") as info:
         faulty("raise", "init")
     assert isinstance(info.value.__cause__, pp.RemoteTraceback)
-    assert re.search(r"worker 0 \(pid \d+\) building the env", "\n".join(info.value.__notes__))
+    assert re.search(r"worker \d \(pid \d+\) building the env", "\n".join(info.value.__notes__))
 
 
 

@@ -1,4 +1,4 @@
-"""Workers: one small interface (:class:`~plan_parallel.workers.base.Worker`), several backends."""
-from plan_parallel.workers.base import Call, Reply, Worker, remote_error, reraise
+"""Workers: the Worker Protocol, the op server they share, and one module per backend."""
+from plan_parallel.workers.base import Worker
 
-__all__ = ["Call", "Reply", "Worker", "remote_error", "reraise"]
+__all__ = ["Worker"]

@@ -1,92 +1,68 @@
-"""The worker interface and the typed messages every backend speaks.
+"""The Worker Protocol: what the pool calls, whatever the backend.
 
-A worker hosts one :class:`~plan_parallel.env.PlanEnv` built from a factory and
-answers :class:`Call` messages, in order, with :class:`Reply` messages. The ops
-a worker accepts are an allow-list (:data:`OPS`); anything else is a bug of
-this package and is reported as such.
+A worker hosts one env (built from a cloudpickled factory) and answers pickled
+:class:`~plan_parallel.wire.messages.Call` messages with
+:class:`~plan_parallel.wire.messages.Reply` messages carrying the call's id. Its
+first reply answers call :data:`~plan_parallel.wire.messages.READY`. Starting a
+worker never blocks on its env being built: the pool reads that first reply
+like any other, so an interruption while a replacement starts loses nothing.
+
+Backend differences live behind this protocol (the pool has no ``backend ==``
+branch): each worker class says whether it reads a shared-memory slab, how many
+bytes may wait unread for it, and how to wait for several workers at once.
 """
 from __future__ import annotations
 
-import pickle
-import traceback
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, Sequence
 
-from plan_parallel.errors import RemoteError, RemoteTraceback
+from plan_parallel.wire.messages import Reply
 
-__all__ = ["OPS", "Call", "Reply", "Worker", "remote_error", "reraise"]
-
-OPS = frozenset({"reset", "step_batch", "rollout_batch", "set_state", "ping", "close"})
-
-
-@dataclass
-class Call:
-    """One request to a worker."""
-
-    id: int
-    op: str
-    args: tuple = ()
-
-
-@dataclass
-class Reply:
-    """The answer to :class:`Call` ``id``: a value, or an error raised by env code."""
-
-    id: int
-    value: Any = None
-    error: bytes | None = None  # a pickled (exception, remote traceback text, item index)
-    env_seconds: float = 0.0
-    extra: dict = field(default_factory=dict)
-
-
-def remote_error(exc: BaseException, item: int | None = None) -> bytes:
-    """Pickle ``exc`` with its traceback text for the parent; unpicklable ones become RemoteError."""
-    tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-    try:
-        blob = pickle.dumps(exc)
-        pickle.loads(blob)
-        payload: Any = exc
-    except Exception:  # noqa: BLE001 - any failure to round-trip means "send a stand-in"
-        payload = RemoteError(f"{type(exc).__module__}.{type(exc).__qualname__}: {exc}")
-    return pickle.dumps((payload, tb, item))
-
-
-def reraise(blob: bytes, where: str, first_item: int = 0) -> BaseException:
-    """The exception from :func:`remote_error`, with its traceback as ``__cause__`` and a note.
-
-    ``first_item`` is the batch index of the chunk's first item, so the note
-    names the item's index in the caller's batch.
-    """
-    exc, tb, item = pickle.loads(blob)
-    note = where + (f", at item {first_item + item} of the batch" if item is not None else "")
-    exc.__cause__ = RemoteTraceback(tb)
-    if hasattr(exc, "add_note"):
-        exc.add_note(note)
-    return exc
+__all__ = ["Worker"]
 
 
 class Worker(Protocol):
-    """What :class:`~plan_parallel.batch.BatchEnv` needs from a worker, whatever the backend."""
+    """One worker, seen from the calling process."""
 
     index: int
+    #: Whether the worker reads chunks from shared-memory slabs (False: arrays travel in the messages).
+    uses_shared_memory: bool
+    #: Bytes that may wait unread for a busy worker without a write blocking (None: no limit).
+    max_queued_bytes: int | None
+
+    #: What to do when the worker dies before building its env ("" when there is nothing to say).
+    bootstrap_hint: str
 
     @property
-    def pid(self) -> int | None: ...
+    def pid(self) -> int | None:
+        """The worker's process id, once known (a Ray actor reports it when ready)."""
 
-    def send(self, call: Call) -> None:
-        """Queue ``call`` (never blocks for long); replies come back in order."""
+    @property
+    def name(self) -> str:
+        """The worker in messages: ``"worker 1 (pid 4242)"``."""
 
-    def handles(self) -> list[Any]:
-        """Objects for ``multiprocessing.connection.wait``: readable when a reply or a death is due."""
+    def send(self, data: bytes, shared: tuple = ()) -> None:
+        """Queue one pickled call. ``shared``: values sent once for many workers (Ray's object store).
 
-    def poll(self) -> Reply | None:
-        """A reply if one is ready, else None. Raises EOFError/OSError when the worker is gone."""
+        Raises:
+            OSError: the worker is gone (the pool then sees it dead).
+        """
+
+    def poll(self) -> list[Reply]:
+        """The replies ready now, in arrival order; never blocks. A worker found gone is marked dead."""
 
     def dead(self) -> str | None:
-        """None while alive; else how it died (``"signal SIGKILL"``, ``"exit code 3"``)."""
+        """None while alive; else how it ended (``"signal SIGKILL"``, ``"exit code 3"``)."""
 
     def kill(self) -> None:
-        """Stop the worker at once (SIGKILL or equivalent)."""
+        """Stop the worker at once (SIGKILL or equivalent); bounded."""
 
     def close(self, timeout: float) -> None:
-        """Ask the worker to exit; kill it if it has not within ``timeout``."""
+        """Ask the worker to exit; kill it if it has not within ``timeout``; free its handles."""
+
+    @classmethod
+    def wait_any(cls, workers: Sequence[Any], timeout: float | None, wake: int | None) -> list[int]:
+        """Wait up to ``timeout`` until some of ``workers`` have a reply or died; their positions.
+
+        ``wake`` is a file descriptor that ends the wait when readable (another
+        thread closing the env); a backend that cannot watch it waits in short slices.
+        """

@@ -1,4 +1,4 @@
-"""Moving chunks between processes: shared-memory slabs for fixed-shape arrays.
+"""Shared-memory slabs: where a chunk's fixed-shape arrays travel between processes.
 
 A chunk of items travels as *columns*. A column whose values are ndarrays of one
 shape and dtype (observations, MuJoCo and classic-control simulator states,
@@ -23,22 +23,11 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from plan_parallel.state.core import State
 
-__all__ = [
-    "Slab",
-    "SlabPool",
-    "ArrayWriter",
-    "read_columns",
-    "pack_states",
-    "unpack_states",
-    "pack_infos",
-    "unpack_infos",
-    "PROTOCOL",
-]
+__all__ = ["ALIGN", "PROTOCOL", "ArrayWriter", "Slab", "SlabPool", "read_columns"]
 
 PROTOCOL = pickle.HIGHEST_PROTOCOL
-_ALIGN = 64
+ALIGN = 64
 
 
 class Slab:
@@ -65,7 +54,7 @@ class Slab:
 
     @classmethod
     def create(cls, size: int) -> "Slab":
-        return cls(f"pp_{os.getpid()}_{secrets.token_hex(4)}", max(size, _ALIGN), create=True)
+        return cls(f"pp_{os.getpid()}_{secrets.token_hex(4)}", max(size, ALIGN), create=True)
 
     def array(self, offset: int, dtype: Any, shape: tuple[int, ...]) -> np.ndarray:
         return np.ndarray(shape, dtype=dtype, buffer=self.buf, offset=offset)
@@ -129,7 +118,7 @@ class ArrayWriter:
         self.needed = start
 
     def _reserve(self, nbytes: int) -> int | None:
-        off = -(-self.pos // _ALIGN) * _ALIGN
+        off = -(-self.pos // ALIGN) * ALIGN
         self.needed = off + nbytes
         if self.slab is None or off + nbytes > self.slab.size:
             return None
@@ -179,84 +168,3 @@ def read_columns(
         arr = slab.array(off, np.dtype(dtype), shape)  # type: ignore[union-attr]
         out[name] = arr if name in views else arr.copy()
     return out
-
-
-# ------------------------------------------------------------------ states as columns
-def pack_states(states: Sequence[State], w: ArrayWriter, prefix: str, with_obs: bool) -> dict[str, Any]:
-    """Split states into array columns (written to ``w``) and a picklable remainder."""
-    sims = [s.sim for s in states]
-    rest: dict[str, Any] = {
-        "kind": states[0].kind if states else "",
-        "extra": [s.extra for s in states],
-        "rng": [s.rng for s in states],
-        "wrappers": [s.wrappers for s in states],
-    }
-    if not w.put_rows(prefix + "sim", sims):
-        rest["sim"] = sims
-    if with_obs:
-        obs = [s.obs for s in states]
-        if not w.put_rows(prefix + "obs", obs):
-            rest["obs"] = obs
-    return rest
-
-
-def unpack_states(rest: dict[str, Any], cols: dict[str, np.ndarray], prefix: str, n: int) -> list[State]:
-    """Rebuild states from :func:`pack_states` output (array rows are views of ``cols``)."""
-    kind = rest["kind"]
-    sims = rest.get("sim")
-    if sims is None:
-        sims = list(cols[prefix + "sim"])
-    obs = rest.get("obs")
-    if obs is None:
-        obs = list(cols[prefix + "obs"]) if prefix + "obs" in cols else [None] * n
-    extra, rng, wrappers = rest["extra"], rest["rng"], rest["wrappers"]
-    new = State.__new__
-    out = []
-    for i in range(n):
-        s = new(State)
-        s.kind = kind
-        s.sim = sims[i]
-        s.extra = extra[i]
-        s.rng = rng[i]
-        s.wrappers = wrappers[i]
-        s.obs = obs[i]
-        out.append(s)
-    return out
-
-
-# ------------------------------------------------------------------ infos
-def pack_infos(infos: list[dict]) -> Any:
-    """Infos for the wire: None when all empty; numpy-scalar values as one array per key.
-
-    Unpickling thousands of numpy scalars (MuJoCo's infos hold several per
-    step) costs more than the step itself; as columns they cost one array each.
-    Values of any other type travel as they are, so the rebuilt dicts are equal
-    in value and type.
-    """
-    if not any(infos):
-        return None
-    keys = list(infos[0])
-    if any(list(i) != keys for i in infos):
-        return infos
-    cols: dict[str, Any] = {}
-    for k in keys:
-        vals = [i[k] for i in infos]
-        t = type(vals[0])
-        if issubclass(t, np.generic) and not issubclass(t, (np.object_, np.void, np.str_, np.bytes_)) and all(
-            type(v) is t for v in vals
-        ):
-            cols[k] = np.array(vals, dtype=t)
-        else:
-            cols[k] = vals
-    return ("cols", keys, cols)
-
-
-def unpack_infos(packed: Any, n: int) -> list[dict]:
-    """The list of dicts :func:`pack_infos` was given (fresh dicts)."""
-    if packed is None:
-        return [{} for _ in range(n)]
-    if isinstance(packed, list):
-        return packed
-    _, keys, cols = packed
-    per_key = [cols[k] if isinstance(cols[k], list) else list(cols[k]) for k in keys]
-    return [dict(zip(keys, vals)) for vals in zip(*per_key)]

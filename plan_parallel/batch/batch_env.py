@@ -1,0 +1,431 @@
+"""BatchEnv: the planning API over a pool of workers (the ``"process"`` and ``"ray"`` backends).
+
+A batch is split into contiguous chunks balanced by cost (the sum of dt) and
+gathered in input order: the results are bit-identical to the inline backend
+for any worker count and chunking, because every item carries its state and
+runs the same code. Small batches may run in this process when that is
+measured to be faster (:class:`~plan_parallel.batch.tuner.Tuner`); never when a
+``timeout`` is set, since a timeout cannot stop code running here.
+"""
+from __future__ import annotations
+
+import logging
+import multiprocessing as mp
+import os
+import time
+from typing import Any, Callable, Sequence
+
+import cloudpickle
+import numpy as np
+
+from plan_parallel.batch.future import BatchFuture
+from plan_parallel.batch.pool import WorkerPool, dumps
+from plan_parallel.batch.tuner import Tuner
+from plan_parallel.env import PlanEnv
+from plan_parallel.errors import ClosedError, StateError
+from plan_parallel.inputs import check_action, check_actions, check_dt, check_kind, check_rollout, check_seed, \
+    check_seeds, check_states
+from plan_parallel.loops import UniformPolicy
+from plan_parallel.results import RolloutBatch, StepBatch, stack_observations
+from plan_parallel.state import State
+from plan_parallel.wire.codec import Job
+from plan_parallel.wire.messages import Op, RolloutSpec
+from plan_parallel.workers.process import ExternalProcess, default_context
+
+__all__ = ["BatchEnv"]
+
+log = logging.getLogger("plan_parallel")
+
+
+def _per_worker_options(options: Any, n: int) -> list[dict]:
+    """Ray actor options per worker: one dict for all, or a sequence of one dict per worker."""
+    if options is None or isinstance(options, dict):
+        return [dict(options or {}) for _ in range(n)]
+    if isinstance(options, (list, tuple)) and all(isinstance(o, dict) for o in options):
+        if len(options) != n:
+            raise ValueError(f"worker_options has {len(options)} dicts for {n} workers: give one per worker")
+        return [dict(o) for o in options]
+    raise TypeError("worker_options must be a dict of Ray actor options or a list of one dict per worker, "
+                    f"got {type(options).__name__}")
+
+
+def _owned(x: Any) -> Any:
+    """A private copy of an input array (the caller may reuse its own while chunks wait)."""
+    return x.copy() if isinstance(x, np.ndarray) else x
+
+
+class BatchEnv:
+    """The planning API over ``n_workers`` workers. Built by :func:`plan_parallel.make`.
+
+    Same methods and results as :class:`~plan_parallel.env.PlanEnv`, plus
+    :meth:`step_batch_async`, :meth:`rollout_batch_async` and :attr:`stats`.
+    May be used from several threads (calls are serialized); :meth:`close`
+    from another thread makes every pending and later call raise :class:`ClosedError`.
+
+    Interruptions: a ``KeyboardInterrupt`` (or any exception) during a call
+    leaves every worker either finished or killed and replaced, and the env
+    usable; the interrupted call's work is dropped, so the next call does not
+    wait for it. Results are matched to calls by id: none is ever handed to
+    another call.
+
+    Args:
+        factory: a picklable env factory (:class:`~plan_parallel.factory.EnvFactory`).
+        backend: ``"process"`` or ``"ray"``.
+        n_workers: workers (default: the CPU count).
+        timeout: seconds a worker call may take (None: no limit). With a
+            timeout every batch runs on the workers, where the timeout can act.
+        max_restarts: dead or hung workers replaced over the env's life.
+        context: ``"fork"``, ``"spawn"`` or ``"forkserver"`` (default: forkserver where available).
+        adapter: an Adapter class overriding the registered one.
+        small_batch_inline: run batches too small to gain from workers in this
+            process (decided from measured times). Turn it off when env code may
+            crash or hang the calling process.
+        address, worker_options: Ray's cluster address and actor options (see :func:`plan_parallel.make`).
+        tuner: decides where batches run and their chunks (default: from the options above).
+
+    Raises:
+        StateError: no adapter captures the env; the env's own error if building it fails.
+    """
+
+    def __init__(
+        self,
+        factory: Callable[[], Any],
+        *,
+        backend: str = "process",
+        n_workers: int | None = None,
+        timeout: float | None = None,
+        max_restarts: int = 3,
+        context: str | None = None,
+        adapter: Any = None,
+        small_batch_inline: bool = True,
+        address: str | None = None,
+        worker_options: dict | Sequence[dict] | None = None,
+        tuner: Tuner | None = None,
+    ) -> None:
+        if backend not in ("process", "ray"):
+            raise ValueError(f"BatchEnv runs the 'process' or 'ray' backend, got {backend!r}")
+        if context is not None and context not in mp.get_all_start_methods():
+            raise ValueError(f"context must be one of {mp.get_all_start_methods()} or None, got {context!r}")
+        if backend != "ray" and (address is not None or worker_options):
+            raise ValueError("address and worker_options are options of backend='ray'")
+        n = n_workers or os.cpu_count() or 1
+        if tuner is not None and tuner.mode == "here" and timeout is not None:
+            raise ValueError("a timeout cannot act on batches run in this process: give timeout=None with mode 'here'")
+        self.backend = backend
+        self.timeout = timeout
+        self.max_restarts = max_restarts
+        self.small_batch_inline = small_batch_inline
+        self.context = context or default_context()
+        self._factory = factory
+        self._adapter_cls = adapter
+        self._tuner = tuner or Tuner(n, "auto" if small_batch_inline and timeout is None else "workers")
+        self._state: State | None = None
+        self._local: PlanEnv | None = None
+        blob = cloudpickle.dumps((factory, adapter))
+        if backend == "ray":
+            from plan_parallel.workers.ray_actor import RayWorker
+            from plan_parallel.workers.ray_connect import connect
+
+            connect(address)
+            options = _per_worker_options(worker_options, n)
+            self._pool = WorkerPool(lambda i: RayWorker(i, blob, options[i]), RayWorker, n, timeout, max_restarts)
+        else:
+            ctx = self.context
+            self._pool = WorkerPool(lambda i: ExternalProcess(i, blob, ctx), ExternalProcess, n, timeout,
+                                    max_restarts)
+        self.stats = self._pool.stats
+        self.stats.update({"items": 0, "batches": 0, "inline_batches": 0, "ipc_seconds": 0.0})
+        try:
+            info = self._pool.start()
+        except BaseException:
+            self._pool.close(0.5)
+            raise
+        self.observation_space = info.observation_space
+        self.action_space = info.action_space
+        self.kind: str = info.kind
+        self.reseedable: bool = info.reseedable
+        self._spec = info.spec
+        self._pool.observation_space = info.observation_space
+
+    # ------------------------------------------------------------------ properties
+    @property
+    def n_workers(self) -> int:
+        return len(self._pool.slots)
+
+    @property
+    def pids(self) -> list[int | None]:
+        """The worker processes' pids (they change when a worker is replaced)."""
+        return [s.worker.pid if s.worker is not None else None for s in self._pool.slots]
+
+    @property
+    def closed(self) -> bool:
+        return self._pool.closed
+
+    @property
+    def spec(self) -> Any:
+        """The env's ``EnvSpec`` (read from a local env when the workers' did not pickle)."""
+        if self._spec is None:
+            return self._ensure_local().spec
+        return self._spec
+
+    # ------------------------------------------------------------------ helpers
+    def _check_open(self) -> None:
+        if self._pool.closed:
+            raise ClosedError("this env was closed; create a new one with plan_parallel.make")
+
+    def _current(self) -> State:
+        if self._state is None:
+            raise StateError("the env has no current state yet: call reset(seed) or set_state(state) first")
+        return self._state
+
+    def _ensure_local(self) -> PlanEnv:
+        """The env in this process for batches run here (built on first use, at the current state)."""
+        if self._local is None:
+            self._local = PlanEnv(self._factory, adapter=self._adapter_cls)
+            if self._state is not None:
+                self._local.set_state(self._state)
+        return self._local
+
+    def _set_current(self, state: State) -> None:
+        self._state = state
+        if self._local is not None:
+            self._local.set_state(state)
+
+    @staticmethod
+    def _wait(fut: BatchFuture) -> Any:
+        """A call's result; on any exception (Ctrl-C included) its work is cancelled first."""
+        try:
+            return fut.result()
+        except BaseException:
+            fut.cancel()
+            raise
+
+    # ------------------------------------------------------------------ state
+    def reset(self, seed: int | None = None, options: dict | None = None) -> tuple[State, Any, dict]:
+        """Reset (on worker 0) and make the new state current.
+
+        Raises:
+            TypeError: bad seed or options. The env's own error if its reset raises.
+        """
+        self._check_open()
+        seed = check_seed(seed)
+        if options is not None and not isinstance(options, dict):
+            raise TypeError(f"options must be a dict or None, got {type(options).__name__}")
+        state, obs, info = self._pool.call(0, Op.RESET, (seed, options))
+        self._pool.slots[0].held = state
+        self._set_current(state)
+        return state, obs, info
+
+    def set_state(self, state: State) -> None:
+        """Make ``state`` current (sent to workers lazily, when a batch starts from it).
+
+        Raises:
+            StateError: ``state`` belongs to another env.
+        """
+        self._check_open()
+        check_kind(state, self.kind)
+        self._set_current(state)
+
+    def sync_states(self, state: State) -> None:
+        """Make ``state`` current on every worker now (pickled once).
+
+        Raises:
+            StateError: ``state`` belongs to another env, does not pickle, or a worker rejects it.
+        """
+        self._check_open()
+        check_kind(state, self.kind)
+        blob = dumps(state)
+        if self.backend == "ray":
+            from plan_parallel.workers.ray_actor import SharedArg
+
+            self._pool.broadcast(Op.SET_STATE, blob, (blob,), (SharedArg(0),), state)
+        else:
+            self._pool.broadcast(Op.SET_STATE, blob, (), (blob,), state)
+        self._set_current(state)
+
+    def get_state(self) -> State:
+        """The current state (no worker is asked: the parent keeps it).
+
+        Raises:
+            StateError: no current state yet.
+        """
+        self._check_open()
+        return self._current()
+
+    # ------------------------------------------------------------------ stepping
+    def step(self, action: Any, state: State | None = None, dt: int = 1) -> tuple:
+        """Advance the current state (or ``state``) by ``action`` repeated ``dt`` times; the result becomes current."""
+        self._check_open()
+        dt = check_dt(dt, 1)
+        if not isinstance(dt, int):
+            raise TypeError(f"step takes one integer dt >= 1, got {dt!r}")
+        action = check_action(self.action_space, action)
+        if state is not None:
+            check_kind(state, self.kind)
+        start = state if state is not None else self._current()
+        actions = np.asarray([action]) if isinstance(action, np.ndarray) or np.isscalar(action) else [action]
+        b = self._wait(self._submit(Job(1, actions, [start], dt, None, index_errors=False)))
+        s = b.states[0]
+        self._set_current(s)
+        obs = s.obs.copy() if isinstance(s.obs, np.ndarray) else s.obs
+        return s, obs, float(b.rewards[0]), bool(b.terminations[0]), bool(b.truncations[0]), b.infos[0]
+
+    def step_batch(
+        self, actions: Any, states: Sequence[State] | None = None, dt: Any = 1, *, seeds: Any = None
+    ) -> StepBatch:
+        """Run N (state, action, dt) items across the workers; results in input order.
+
+        Bit-identical to the inline backend (see :meth:`PlanEnv.step_batch`, also
+        for ``seeds``). The current state is left as it was.
+
+        Raises:
+            ValueError/TypeError: bad input (before anything is sent). StateError.
+            The env's own exception (remote traceback as ``__cause__``; the env stays usable).
+            WorkerTimeoutError: a worker exceeded ``timeout`` (it was replaced).
+            WorkerCrashedError: workers died more than ``max_restarts`` times.
+        """
+        return self._wait(self.step_batch_async(actions, states, dt, seeds=seeds))
+
+    def step_batch_async(
+        self, actions: Any, states: Sequence[State] | None = None, dt: Any = 1, *, seeds: Any = None
+    ) -> BatchFuture:
+        """Send a batch and return at once; ``.result(timeout)`` gathers it. Several may be in flight."""
+        self._check_open()
+        start = None
+        if states is None:
+            actions = check_actions(self.action_space, actions)
+            n = len(actions)
+            start = self._current()
+        else:
+            n = len(states) if hasattr(states, "__len__") else -1
+            actions = check_actions(self.action_space, actions, n if n >= 0 else None)
+            states = list(check_states(states, self.kind, len(actions), None))
+        dt = check_dt(dt, n)
+        seeds = check_seeds(seeds, n, self.reseedable)
+        if n == 0:
+            self.stats["batches"] += 1
+            empty = np.empty(0)
+            return BatchFuture.completed(0, StepBatch(
+                [], stack_observations(self.observation_space, []), empty.astype(np.float64), empty.astype(bool),
+                empty.astype(bool), []))
+        # The batch owns its inputs: the caller may reuse its arrays while chunks wait to be sent.
+        actions = actions.copy() if isinstance(actions, np.ndarray) else list(actions)
+        return self._submit(Job(n, actions, states, _owned(dt), _owned(seeds), start))
+
+    def rollout_batch(
+        self,
+        states: Sequence[State] | None,
+        actions: Any = None,
+        dt: Any = 1,
+        *,
+        horizon: int | None = None,
+        policy: Callable[[Any, np.random.Generator], Any] | None = None,
+        seeds: Any = None,
+        return_all: bool = False,
+    ) -> RolloutBatch:
+        """Roll out N items for T steps each, every item's whole sequence inside one worker.
+
+        Same arguments, results and errors as :meth:`PlanEnv.rollout_batch`
+        (bit-identical for any worker count); worker failures as :meth:`step_batch`.
+        """
+        return self._wait(self.rollout_batch_async(
+            states, actions, dt, horizon=horizon, policy=policy, seeds=seeds, return_all=return_all))
+
+    def rollout_batch_async(
+        self,
+        states: Sequence[State] | None,
+        actions: Any = None,
+        dt: Any = 1,
+        *,
+        horizon: int | None = None,
+        policy: Callable[[Any, np.random.Generator], Any] | None = None,
+        seeds: Any = None,
+        return_all: bool = False,
+    ) -> BatchFuture:
+        """:meth:`rollout_batch` without waiting: a future whose ``result()`` is the :class:`RolloutBatch`."""
+        self._check_open()
+        current = self._current() if states is None else None
+        req = check_rollout(
+            self.action_space, self.kind, None, states, actions, dt, horizon=horizon, policy=policy,
+            seeds=seeds, return_all=return_all, current=current, reseedable=self.reseedable,
+        )
+        if req.actions is None and req.policy is None:
+            UniformPolicy(self.action_space)  # the space has a sampler, or this raises before sending
+        acts = req.actions
+        if acts is not None:
+            acts = acts.copy() if isinstance(acts, np.ndarray) else [list(a) for a in acts]
+        spec = RolloutSpec(req.horizon, req.policy_blob, req.return_all)
+        states_list = None if req.states is None else list(req.states)
+        return self._submit(Job(req.n, acts, states_list, _owned(req.dt), _owned(req.seeds), current, spec,
+                                req.policy))
+
+    def _submit(self, job: Job) -> BatchFuture:
+        """Run ``job`` here when measured faster, else send its chunks to the workers."""
+        steps = job.cost(0, job.n)
+        size_class = Tuner.size_class(job.op.value, steps)
+        self.stats["batches"] += 1
+        self.stats["items"] += job.n
+        if self._tuner.run_here(size_class):
+            local = self._ensure_local()  # built outside the timing: its cost is not a step's
+            t0 = time.perf_counter()
+            value = self._run_here(local, job)
+            self._tuner.learn(size_class, True, (time.perf_counter() - t0) / max(1, steps))
+            self.stats["inline_batches"] += 1
+            return BatchFuture.completed(job.n, value)
+        fut = BatchFuture(self._pool, job.n, job, job.gatherer(self.observation_space))
+        fut.size_class = size_class
+        fut.started = time.perf_counter()
+        fut.on_done = self._account
+        self._pool.submit(fut, self._tuner.n_chunks(job.n, steps), self._state)
+        return fut
+
+    @staticmethod
+    def _run_here(local: PlanEnv, job: Job) -> Any:
+        if job.rollout is None:
+            states = job.states if job.states is not None else [job.start] * job.n
+            return local.step_batch_checked(job.actions, states, job.dt, job.seeds)
+        return local.rollout_batch(job.states, job.actions, job.dt, horizon=job.rollout.horizon, policy=job.policy,
+                                   seeds=job.seeds, return_all=job.rollout.return_all)
+
+    def _account(self, fut: BatchFuture) -> None:
+        """Telemetry, and the measured times that size chunks and decide where batches run."""
+        env_each = [p.env_seconds for p in fut.parts]
+        wall = time.perf_counter() - fut.started
+        self.stats["env_seconds"] += sum(env_each)
+        self.stats["ipc_seconds"] += max(0.0, wall - max(env_each, default=0.0))
+        job = fut.job
+        assert job is not None and fut.size_class is not None
+        self._tuner.learn(fut.size_class, False, wall / max(1, job.cost(0, job.n)))
+        total = fut.gather.total_steps if fut.gather is not None else 0
+        if total:
+            self._tuner.learn_step(sum(env_each) / total)
+
+    # ------------------------------------------------------------------ closing
+    def close(self) -> None:
+        """Stop every worker (bounded: about a second) and free shared memory. Idempotent; any thread.
+
+        Batches still in flight fail with :class:`ClosedError`. A second
+        ``close()`` after an interrupted one frees whatever the first did not.
+        """
+        self._pool.close(1.0)
+        if self._local is not None:
+            self._local.close()
+
+    def __enter__(self) -> "BatchEnv":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        pool = getattr(self, "_pool", None)
+        if pool is not None and not pool.closed:
+            try:
+                self.close()
+            except Exception:  # noqa: BLE001 - interpreter shutdown: workers exit on their own
+                log.debug("plan_parallel: close() in __del__ failed", exc_info=True)
+
+    def __repr__(self) -> str:
+        where = f"context={self.context!r}" if self.backend == "process" else "backend='ray'"
+        closed = ", closed" if self.closed else ""
+        return f"BatchEnv({self._factory!r}, n_workers={self.n_workers}, {where}{closed})"

@@ -1,0 +1,100 @@
+"""BatchFuture: the pending result of a batch sent to a :class:`~plan_parallel.batch.pool.WorkerPool`."""
+from __future__ import annotations
+
+from collections import deque
+from typing import TYPE_CHECKING, Any
+
+from plan_parallel.wire.codec import Gather, Job
+
+if TYPE_CHECKING:
+    from plan_parallel.batch.pool import Part, WorkerPool
+
+__all__ = ["BatchFuture"]
+
+
+class BatchFuture:
+    """The pending result of :meth:`BatchEnv.step_batch_async` or ``rollout_batch_async``.
+
+    Its ``result`` may be awaited from any thread. A reply reaches a future only
+    through the id of the call that asked for it, so a future never returns
+    another batch's data, whatever was interrupted before.
+    """
+
+    def __init__(self, pool: WorkerPool | None, n: int, job: Job | None = None, gather: Gather | None = None) -> None:
+        self._pool = pool
+        self.n = n
+        self.job = job
+        self.gather = gather
+        self.parts: list[Part] = []
+        self.pending: deque[tuple[int, int]] = deque()  # chunks (lo, hi) not sent yet
+        self.value: Any = None
+        self.error: BaseException | None = None
+        self.finished = False  # value is set (a state op's value may be None)
+        self.cancelled = False
+        self.started = 0.0
+        self.size_class: tuple[str, int] | None = None
+        self.on_done: Any = None  # called with the future once every part is answered
+
+    @classmethod
+    def completed(cls, n: int, value: Any) -> "BatchFuture":
+        """A future that is already done (a batch run in the calling process, or an empty one)."""
+        fut = cls(None, n)
+        fut.set_result(value)
+        return fut
+
+    @property
+    def settled(self) -> bool:
+        """Finished, failed or cancelled: nothing more will happen to it."""
+        return self.finished or self.error is not None or self.cancelled
+
+    def set_result(self, value: Any) -> None:
+        if not self.settled:
+            self.value = value
+            self.finished = True
+
+    def fail(self, error: BaseException) -> None:
+        """Fail the batch (the first error wins); its chunks not sent yet are dropped."""
+        if not self.settled:
+            self.error = error
+        self.pending.clear()
+
+    def done(self) -> bool:
+        """True when the result (or an error) is ready; never blocks."""
+        if not self.settled and self._pool is not None:
+            self._pool.poll_nowait()
+        return self.finished or self.error is not None
+
+    def result(self, timeout: float | None = None) -> Any:
+        """The batch's result, waiting up to ``timeout`` seconds (None: as long as it takes).
+
+        Raises:
+            TimeoutError: not ready within ``timeout`` (the batch stays in flight;
+                call ``result`` again later: results are never mixed up).
+            WorkerTimeoutError, WorkerCrashedError, ClosedError, or the env's own exception.
+            KeyboardInterrupt: while waiting; the workers that were running
+                anything are replaced and the batch is sent again, so a later
+                ``result`` still returns this batch's own result.
+        """
+        if self._pool is not None and not self.settled:
+            self._pool.wait_for(self, timeout)
+        if self.error is not None:
+            raise self.error
+        if self.cancelled:
+            raise RuntimeError("this batch was cancelled")
+        return self.value
+
+    def cancel(self) -> None:
+        """Stop the batch: chunks not sent are dropped and workers running its chunks are replaced.
+
+        The next call then does not wait for this batch's work. A finished batch is left as it is.
+        """
+        if self.settled:
+            return
+        self.cancelled = True
+        self.pending.clear()
+        if self._pool is not None:
+            self._pool.cancel(self)
+
+    def __repr__(self) -> str:
+        state = "finished" if self.finished else "failed" if self.error else "cancelled" if self.cancelled else "pending"
+        return f"BatchFuture({self.n} items, {state})"

@@ -1,0 +1,578 @@
+"""WorkerPool: the workers, what each is running, and everything that can go wrong with them.
+
+Each worker sits in a :class:`Slot` with an explicit state (starting, ready,
+dead, closed) and the queue of :class:`Part` messages it was sent and has not
+answered. A reply is matched to its part by call id; a reply no part waits for
+is discarded and counted (``stats["stray_replies"]``), never delivered.
+
+Nothing is lost, nothing hangs, nothing is mixed up:
+
+* every wait is on the workers' pipes *and* their process sentinels, with a
+  deadline (``timeout``), through the worker class's own ``wait_any``;
+* a dead worker is replaced and its unanswered parts are sent again (bounded by
+  ``max_restarts``); a worker past its deadline is killed, replaced, and its
+  call fails with :class:`WorkerTimeoutError`;
+* any exception inside the pool (a ``KeyboardInterrupt`` at any line, a thread
+  closing the env) marks it *suspect*: every worker that had something
+  unanswered is killed, its parts are queued again for their batches, and
+  dead slots are refilled lazily. A cancelled batch's parts are dropped, so the
+  next call never waits for an interrupted one;
+* one lock serializes the pool between threads; ``close`` from another thread
+  wakes a waiting thread through a pipe, and every pending and later call
+  raises :class:`ClosedError`.
+"""
+from __future__ import annotations
+
+import contextlib
+import enum
+import logging
+import os
+import pickle
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator
+
+from plan_parallel.batch.future import BatchFuture
+from plan_parallel.errors import ClosedError, StateError, WorkerCrashedError, WorkerTimeoutError
+from plan_parallel.state import State
+from plan_parallel.wire.codec import encode, out_bytes_guess, split_by_cost
+from plan_parallel.wire.messages import READY, Call, ChunkReply, Op, Reply, WorkerInfo, reraise
+from plan_parallel.wire.slabs import PROTOCOL, Slab, SlabPool, read_columns
+
+__all__ = ["Part", "Slot", "SlotState", "WorkerPool", "dumps"]
+
+log = logging.getLogger("plan_parallel")
+START_TIMEOUT = 120.0  # seconds a worker may take to build its env
+CLOSE_LOCK_SECONDS = 5.0  # close() from another thread waits this long for the pool's lock
+QUEUED_PER_WORKER = 2  # chunks queued per worker: a worker never waits for the parent
+
+
+def dumps(obj: Any) -> bytes:
+    """Pickle a call; an unpicklable argument is the caller's error (StateError), raised before sending."""
+    try:
+        return pickle.dumps(obj, PROTOCOL)
+    except (pickle.PicklingError, TypeError, AttributeError) as e:
+        raise StateError(f"cannot send to a worker: the input does not pickle ({type(e).__name__}: {e})") from e
+
+
+class SlotState(enum.Enum):
+    STARTING = "starting"  # started; its READY reply has not arrived
+    READY = "ready"  # idle when its queue is empty, else busy with the queue's head
+    DEAD = "dead"  # gone (died, killed, timed out); refilled by the next call
+    CLOSED = "closed"
+
+
+@dataclass(eq=False)
+class Part:
+    """One message to one worker, kept until answered so that it can be sent again."""
+
+    call: Call
+    future: BatchFuture
+    lo: int = 0
+    hi: int = 0
+    slab: Slab | None = None
+    cost: int = 0  # env steps at most, for chunk sizing
+    needs: State | None = None  # the held state this part starts from (states=None)
+    holds: State | None = None  # the state a set_state part leaves the worker holding
+    shared: tuple = ()  # values sent once for many workers (Ray's object store)
+    data: bytes = b""
+    written: bool = False
+    sent_at: float = 0.0
+    answered: bool = False
+    env_seconds: float = 0.0
+
+    def describe(self) -> str:
+        return f"{self.call.op.value} ({self.hi - self.lo} items)" if self.hi else self.call.op.value
+
+
+@dataclass(eq=False)
+class Slot:
+    worker: Any = None
+    state: SlotState = SlotState.DEAD
+    queue: deque = field(default_factory=deque)  # parts sent (or about to be), unanswered, in order
+    held: State | None = None  # the state this worker holds, as far as what was sent says
+    started_at: float = 0.0
+
+
+class WorkerPool:
+    """``n`` workers of one backend, started by ``new_worker(index)``; see the module docstring.
+
+    Args:
+        new_worker: starts worker ``index`` without waiting for its env.
+        worker_type: the worker class (its ``wait_any`` is how the pool waits).
+        n: the number of workers.
+        timeout: seconds a call may run on a worker (None: no limit).
+        max_restarts: workers that died or hung, replaced over the pool's life.
+    """
+
+    def __init__(self, new_worker: Callable[[int], Any], worker_type: Any, n: int, timeout: float | None,
+                 max_restarts: int) -> None:
+        self._new_worker = new_worker
+        self._type = worker_type
+        self.timeout = timeout
+        self.max_restarts = max_restarts
+        self.slots = [Slot() for _ in range(n)]
+        self.lock = threading.RLock()
+        self._wake_r, self._wake_w = os.pipe()
+        self._closing = False
+        self.closed = False
+        self._suspect = False  # an exception left the pool mid-operation: recover before going on
+        self._broken: str | None = None
+        self._requeue: list[tuple[int, Part]] = []
+        self._futures: deque[BatchFuture] = deque()  # batches with chunks not sent yet
+        self._ids = READY
+        self.slabs = SlabPool()
+        self.info: WorkerInfo | None = None
+        self.observation_space: Any = None
+        self._out_per_item: dict[Op, int] = {}
+        self.step_seconds: float | None = None
+        self.stats: dict[str, Any] = {
+            "restarts": 0, "timeouts": 0, "busy_seconds": [0.0] * n, "env_seconds": 0.0,
+            "stray_replies": 0, "interrupted": 0,
+        }
+
+    # ------------------------------------------------------------------ starting
+    def start(self) -> WorkerInfo:
+        """Start every worker and wait until each has built its env; what the first one reports.
+
+        Raises:
+            WorkerCrashedError: a worker died while building its env.
+            WorkerTimeoutError: a worker did not build its env within START_TIMEOUT.
+            Exception: whatever building the env raised in a worker (its own type).
+        """
+        with self._guarded():
+            for i in range(len(self.slots)):
+                self._start_slot(i)
+            while any(s.state is SlotState.STARTING for s in self.slots):
+                self._pump(1.0)
+        assert self.info is not None
+        return self.info
+
+    def _start_slot(self, i: int) -> None:
+        slot = self.slots[i]
+        slot.held = None
+        slot.worker = self._new_worker(i)
+        slot.started_at = time.monotonic()
+        slot.state = SlotState.STARTING
+
+    def _on_ready(self, i: int, reply: Reply) -> None:
+        slot = self.slots[i]
+        w = slot.worker
+        if reply.error is not None:
+            err = reraise(reply.error, f"{w.name} building the env")
+            if self.info is None:
+                raise err  # the first start: the env's own error, from make()
+            self._break(f"worker {i} was replaced, but the replacement failed to build its env: "
+                        f"{type(err).__name__}: {err}", cause=err)
+        if self.info is None:
+            self.info = reply.value
+        slot.state = SlotState.READY
+        self._write(i)
+
+    # ------------------------------------------------------------------ guard and recovery
+    @contextlib.contextmanager
+    def _guarded(self, victim: BatchFuture | None = None) -> Iterator[None]:
+        """Run a pool operation; on any exception, cancel ``victim`` and recover before re-raising."""
+        with self.lock:
+            if self._suspect:
+                self._recover()
+            try:
+                yield
+            except BaseException:
+                if victim is not None:
+                    victim.cancelled = True
+                self._suspect = True
+                self._recover()
+                raise
+
+    def _recover(self) -> None:
+        """Kill every worker that had something unanswered; queue its parts again for their batches.
+
+        Idempotent: an interruption inside it leaves the pool suspect, and the
+        next operation recovers again.
+        """
+        for i, slot in enumerate(self.slots):
+            if slot.state is SlotState.STARTING or (slot.state is SlotState.READY and slot.queue):
+                slot.worker.kill()
+                self._requeue.extend((i, p) for p in slot.queue)
+                slot.queue.clear()
+                slot.state = SlotState.DEAD
+                self.stats["interrupted"] += 1
+        self._suspect = False
+
+    def cancel(self, fut: BatchFuture) -> None:
+        """Drop a batch: its unsent chunks, and the workers running its parts (replaced lazily)."""
+        with self._guarded():
+            fut.cancelled = True
+            fut.pending.clear()
+            for i, slot in enumerate(self.slots):
+                if any(p.future is fut for p in slot.queue):
+                    slot.worker.kill()
+                    self._requeue.extend((i, p) for p in slot.queue if p.future is not fut)
+                    for p in slot.queue:
+                        if p.future is fut:
+                            self._drop_slab(p)
+                    slot.queue.clear()
+                    slot.state = SlotState.DEAD
+                    self.stats["interrupted"] += 1
+
+    # ------------------------------------------------------------------ sending
+    def _next_id(self) -> int:
+        self._ids += 1
+        return self._ids
+
+    def _queue(self, i: int, part: Part) -> None:
+        """Queue ``part`` on worker ``i`` and write what can be written."""
+        if part.data == b"":
+            part.data = dumps(part.call)
+        part.written = False
+        part.answered = False
+        slot = self.slots[i]
+        if part.holds is not None:
+            slot.held = part.holds  # optimistic; undone if the worker rejects it
+        elif part.call.op is Op.RESET:
+            slot.held = None
+        slot.queue.append(part)
+        if part not in part.future.parts:
+            part.future.parts.append(part)
+        self._write(i)
+
+    def _write(self, i: int) -> None:
+        """Write worker ``i``'s queued parts, in order, as far as that cannot block.
+
+        The worker reads a whole call before running it and the parent reads
+        replies only between writes, so a call goes to a busy (or starting)
+        worker only while what waits unread stays within the worker's
+        ``max_queued_bytes``; a larger one waits until the worker is idle.
+        """
+        slot = self.slots[i]
+        if slot.state not in (SlotState.READY, SlotState.STARTING):
+            return
+        limit = slot.worker.max_queued_bytes
+        queued = 0
+        for k, part in enumerate(slot.queue):
+            idle = k == 0 and slot.state is SlotState.READY
+            if part.written:
+                queued += 0 if idle else len(part.data)
+                continue
+            if not idle and limit is not None and queued + len(part.data) > limit:
+                return
+            part.sent_at = time.monotonic()
+            part.written = True
+            try:
+                slot.worker.send(part.data, part.shared)
+            except OSError:
+                return  # gone: the next wait sees its sentinel and sends these parts again
+            queued += 0 if idle else len(part.data)
+
+    def call(self, i: int, op: Op, args: tuple, holds: State | None = None) -> Any:
+        """One synchronous call on worker ``i`` (replayed on a replacement like any part)."""
+        fut = BatchFuture(self, 0)
+        with self._guarded(fut):
+            self._check_usable()
+            self._queue(i, Part(Call(self._next_id(), op, args), fut, holds=holds))
+        self.wait_for(fut, None)
+        return fut.result()
+
+    def broadcast(self, op: Op, blob: bytes, shared: tuple, args: tuple, holds: State) -> None:
+        """The same call on every worker (one pickle, or one object-store put); waits for all."""
+        fut = BatchFuture(self, 0)
+        with self._guarded(fut):
+            self._check_usable()
+            for i in range(len(self.slots)):
+                self._queue(i, Part(Call(self._next_id(), op, args), fut, holds=holds, shared=shared))
+        self.wait_for(fut, None)
+        fut.result()
+
+    def submit(self, fut: BatchFuture, n_chunks: int, current: State | None) -> None:
+        """Send a batch's chunks: two queued per worker, the rest as workers finish."""
+        job = fut.job
+        assert job is not None
+        with self._guarded(fut):
+            self._check_usable()
+            fut.pending.extend(split_by_cost(job.dt, job.n, n_chunks))
+            if not fut.pending:  # an empty batch: nothing to send
+                self._complete(fut)
+                return
+            self._futures.append(fut)
+            for _ in range(QUEUED_PER_WORKER):
+                for i in range(len(self.slots)):
+                    if fut.pending and len(self.slots[i].queue) < QUEUED_PER_WORKER:
+                        self._feed_one(fut, i, current)
+
+    def _feed_one(self, fut: BatchFuture, i: int, current: State | None = None) -> None:
+        job = fut.job
+        assert job is not None
+        lo, hi = fut.pending[0]
+        if job.start is not None:
+            self._ensure_holds(i, job.start, fut)
+        per_out = self._out_per_item.get(job.op)
+        if per_out is None:
+            first = job.states[lo] if job.states is not None else job.start
+            per_out = out_bytes_guess(self.observation_space, first, job)
+        acquire = self.slabs.acquire if self.slots[i].worker.uses_shared_memory else None
+        req, slab = encode(job, lo, hi, per_out, acquire)
+        part = Part(Call(self._next_id(), job.op, (req,)), fut, lo, hi, slab, cost=job.cost(lo, hi), needs=job.start)
+        self._queue(i, part)
+        fut.pending.popleft()  # after queueing: an interruption in between sends a chunk twice, never none
+
+    def _feed(self, i: int) -> None:
+        """Give worker ``i`` the next unsent chunk of the oldest batch that has one."""
+        while self._futures and not self._futures[0].pending:
+            self._futures.popleft()
+        for fut in self._futures:
+            if fut.pending and not fut.settled:
+                self._feed_one(fut, i)
+                return
+
+    def _ensure_holds(self, i: int, state: State, fut: BatchFuture) -> None:
+        """Queue a set_state on worker ``i`` unless what was sent to it leaves it at ``state``."""
+        if self.slots[i].held is not state:
+            self._queue(i, Part(Call(self._next_id(), Op.SET_STATE, (dumps(state),)), fut, holds=state))
+
+    # ------------------------------------------------------------------ waiting
+    def wait_for(self, fut: BatchFuture, timeout: float | None) -> None:
+        """Pump until ``fut`` is settled or ``timeout`` passes; any thread may call it.
+
+        Raises:
+            TimeoutError: ``fut`` not settled within ``timeout`` (it stays in flight).
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not fut.settled:
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                raise TimeoutError(f"the batch of {fut.n} items is not done after {timeout} s; it is still running")
+            if not self.lock.acquire(timeout=-1 if left is None else left):
+                continue
+            try:
+                if not fut.settled:
+                    with self._guarded():
+                        self._pump(left)
+            finally:
+                self.lock.release()
+
+    def poll_nowait(self) -> None:
+        """Handle what has arrived, without waiting (and without waiting for the lock)."""
+        if self.lock.acquire(blocking=False):
+            try:
+                with self._guarded():
+                    self._pump(0.0)
+            finally:
+                self.lock.release()
+
+    def _pump(self, timeout: float | None) -> None:
+        """Wait up to ``timeout`` for replies, deaths or a close, and handle what arrived."""
+        if self._closing:
+            self._fail_all(ClosedError("the env was closed while this batch was in flight"))
+            return
+        self._revive()
+        active = [i for i, s in enumerate(self.slots)
+                  if s.state is SlotState.STARTING or (s.state is SlotState.READY and s.queue)]
+        if not active:
+            return
+        now = time.monotonic()
+        wait = timeout
+        for i in active:
+            slot = self.slots[i]
+            if slot.state is SlotState.STARTING:
+                due = slot.started_at + START_TIMEOUT
+            elif self.timeout is not None and slot.queue[0].written:
+                due = slot.queue[0].sent_at + self.timeout
+            else:
+                continue
+            wait = max(0.0, due - now) if wait is None else max(0.0, min(wait, due - now))
+        ready = self._type.wait_any([self.slots[i].worker for i in active], wait, self._wake_r)
+        if self._closing:
+            self._fail_all(ClosedError("the env was closed while this batch was in flight"))
+            return
+        for k in ready:
+            self._drain(active[k])
+        self._check_deadlines(active)
+
+    def _drain(self, i: int) -> None:
+        slot = self.slots[i]
+        for reply in slot.worker.poll():
+            if reply.id == READY and slot.state is SlotState.STARTING:
+                self._on_ready(i, reply)
+                continue
+            part = next((p for p in slot.queue if p.call.id == reply.id), None)
+            if part is None:
+                self.stats["stray_replies"] += 1  # never delivered: no call waits for it
+                continue
+            self.stats["busy_seconds"][i] += reply.env_seconds
+            self._deliver(i, part, reply)
+            slot.queue.remove(part)
+            if slot.queue:
+                slot.queue[0].sent_at = max(slot.queue[0].sent_at, time.monotonic())  # it starts now
+            self._write(i)
+            if len(slot.queue) < QUEUED_PER_WORKER and self._broken is None:
+                self._feed(i)
+        how = slot.worker.dead()
+        if how is not None and slot.state in (SlotState.READY, SlotState.STARTING):
+            self._on_death(i, f"died with {how}")
+
+    def _deliver(self, i: int, part: Part, reply: Reply) -> None:
+        fut = part.future
+        if reply.error is not None:
+            if part.holds is not None and self.slots[i].held is part.holds:
+                self.slots[i].held = None  # it rejected the state: it holds nothing known
+            w = self.slots[i].worker
+            fut.fail(reraise(reply.error, f"raised in {w.name} during {part.call.op.value}", part.lo))
+        if fut.settled:
+            self._drop_slab(part)
+            part.answered = True
+            return
+        if part.call.op in (Op.STEP_BATCH, Op.ROLLOUT_BATCH):
+            self._absorb(part, reply.value)
+        elif part.call.op is Op.RESET:
+            fut.value = reply.value
+        part.env_seconds = reply.env_seconds
+        part.answered = True
+        if not fut.pending and all(p.answered for p in fut.parts):
+            self._complete(fut)
+
+    @staticmethod
+    def _complete(fut: BatchFuture) -> None:
+        """Every part answered: build the batch's value (an error building it fails the batch)."""
+        try:
+            if fut.gather is not None:
+                fut.value = fut.gather.result()
+            if fut.on_done is not None:
+                fut.on_done(fut)
+        except Exception as e:  # noqa: BLE001 - kept for result() to raise
+            fut.fail(e)
+            return
+        fut.finished = True
+
+    def _absorb(self, part: Part, reply: ChunkReply) -> None:
+        """Copy a chunk's results out of its slab into its batch's gatherer; the slab is free after."""
+        m = part.hi - part.lo
+        op = part.call.op
+        self._out_per_item[op] = max(self._out_per_item.get(op, 0), -(-reply.needed // m) + 64)
+        try:
+            cols = read_columns(part.slab, reply.layout, views=("obs", "all_obs"))
+            part.future.gather.absorb(part.lo, part.hi, reply, cols)  # type: ignore[union-attr]
+        finally:
+            if part.slab is not None:
+                self.slabs.release(part.slab)
+                part.slab = None
+
+    def _drop_slab(self, part: Part) -> None:
+        if part.slab is not None:
+            self.slabs.discard(part.slab)  # a killed worker may have been writing it
+            part.slab = None
+
+    # ------------------------------------------------------------------ faults
+    def _check_deadlines(self, active: list[int]) -> None:
+        now = time.monotonic()
+        for i in active:
+            slot = self.slots[i]
+            if slot.state is SlotState.STARTING and now - slot.started_at > START_TIMEOUT:
+                slot.worker.kill()
+                self._break(f"{slot.worker.name} did not build its env within {START_TIMEOUT:.0f} s",
+                            timeout=True)
+            elif (slot.state is SlotState.READY and slot.queue and self.timeout is not None
+                  and slot.queue[0].written and now - slot.queue[0].sent_at > self.timeout):
+                head = slot.queue[0]
+                slot.worker.kill()
+                self.stats["timeouts"] += 1
+                head.future.fail(WorkerTimeoutError(
+                    f"{slot.worker.name} did not finish {head.describe()} within "
+                    f"{self.timeout} s; it was killed and replaced"))
+                self._on_death(i, f"timed out after {self.timeout} s")
+
+    def _on_death(self, i: int, why: str) -> None:
+        """Worker ``i`` is gone: queue its parts again and replace it (bounded by max_restarts)."""
+        slot = self.slots[i]
+        pending = list(slot.queue)
+        doing = ", ".join(p.describe() for p in pending)
+        what = f" during {doing}" if doing else " while idle" if slot.state is SlotState.READY else \
+            " while building its env"
+        self._requeue.extend((i, p) for p in pending)
+        slot.queue.clear()
+        slot.state = SlotState.DEAD
+        used = self.stats["restarts"]
+        msg = f"{slot.worker.name} {why}{what}"
+        if self.info is None:
+            self._break(msg + slot.worker.bootstrap_hint)
+        if used >= self.max_restarts:
+            self._break(f"{msg}; {used} restarts used of {self.max_restarts}")
+        self.stats["restarts"] += 1
+        log.warning("plan_parallel: %s; starting a replacement (%d of %d restarts)", msg, used + 1, self.max_restarts)
+        self._revive()
+
+    def _revive(self) -> None:
+        """Start a worker in every dead slot, and send again the parts they had not answered."""
+        for i, slot in enumerate(self.slots):
+            if slot.state is SlotState.DEAD and self._broken is None and not self._closing:
+                if slot.worker is not None:
+                    slot.worker.close(0.0)
+                self._start_slot(i)
+        while self._requeue:
+            i, part = self._requeue[0]
+            if part.future.settled or part in self.slots[i].queue:
+                self._drop_slab(part)
+            else:
+                if part.needs is not None:
+                    self._ensure_holds(i, part.needs, part.future)
+                self._queue(i, part)
+            self._requeue.pop(0)
+
+    def _break(self, msg: str, cause: BaseException | None = None, timeout: bool = False) -> None:
+        """The pool cannot go on: fail every batch in flight or queued. Always raises."""
+        self._broken = msg
+        err: Exception = WorkerTimeoutError(msg) if timeout else WorkerCrashedError(msg)
+        if cause is not None:
+            err.__cause__ = cause
+        self._fail_all(err)
+        raise err
+
+    def _fail_all(self, err: BaseException) -> None:
+        for i, p in self._requeue:
+            p.future.fail(err)
+            self._drop_slab(p)
+        self._requeue.clear()
+        for slot in self.slots:
+            for p in slot.queue:
+                p.future.fail(err)
+        for fut in self._futures:
+            fut.fail(err)
+        self._futures.clear()
+
+    def _check_usable(self) -> None:
+        if self._closing or self.closed:
+            raise ClosedError("this env was closed; create a new one with plan_parallel.make")
+        if self._broken is not None:
+            raise WorkerCrashedError(self._broken)
+
+    # ------------------------------------------------------------------ closing
+    def close(self, timeout: float = 1.0) -> None:
+        """Stop every worker (bounded) and free shared memory. Idempotent; safe from any thread.
+
+        A thread waiting on the pool is woken and its batch fails with :class:`ClosedError`.
+        """
+        if self.closed:
+            return
+        self._closing = True
+        with contextlib.suppress(OSError):  # a full pipe wakes the waiter all the same
+            os.write(self._wake_w, b"x")
+        got = self.lock.acquire(timeout=CLOSE_LOCK_SECONDS)
+        try:
+            self._fail_all(ClosedError("the env was closed while this batch was in flight"))
+            deadline = time.monotonic() + timeout
+            for slot in self.slots:
+                if slot.worker is not None and slot.state is not SlotState.CLOSED:
+                    slot.worker.close(max(0.0, deadline - time.monotonic()))
+                slot.state = SlotState.CLOSED
+                slot.queue.clear()
+            self.slabs.close()
+            if not self.closed:
+                self.closed = True
+                os.close(self._wake_r)
+                os.close(self._wake_w)
+        finally:
+            if got:
+                self.lock.release()
+

@@ -1,0 +1,1 @@
+"""The wire between the calling process and its workers: typed messages, slabs, columns, the codec."""

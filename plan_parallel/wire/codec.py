@@ -1,0 +1,290 @@
+"""The codec of a batch: its checked inputs split into chunks, encoded for a worker, and gathered back.
+
+A :class:`Job` holds a batch's inputs; :func:`encode` turns items ``lo..hi`` into
+a :class:`~plan_parallel.wire.messages.ChunkRequest` (arrays into a slab where
+one is given and they fit); a worker answers with a
+:class:`~plan_parallel.wire.messages.ChunkReply` (see
+:mod:`plan_parallel.workers.server`), and the job's gatherer
+(:class:`StepGather` or :class:`RolloutGather`) absorbs each chunk as it
+arrives, in any order, and builds the result in input order. Nothing here talks
+to a worker, so all of it can be tested in one process.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Protocol
+
+import numpy as np
+from gymnasium import spaces
+
+from plan_parallel.loops import RolloutParts, to_rollout_batch
+from plan_parallel.results import RolloutBatch, StepBatch, stack_observations
+from plan_parallel.state import State
+from plan_parallel.wire.columns import pack_states, unpack_infos, unpack_states
+from plan_parallel.wire.messages import ChunkReply, ChunkRequest, Op, RolloutSpec
+from plan_parallel.wire.slabs import ALIGN, ArrayWriter, Slab
+
+__all__ = [
+    "Gather",
+    "Job",
+    "RolloutGather",
+    "StepGather",
+    "encode",
+    "out_bytes_guess",
+    "split_by_cost",
+]
+
+
+def split_by_cost(dt: int | np.ndarray, n: int, w: int) -> list[tuple[int, int]]:
+    """Contiguous ``(start, stop)`` chunks of ``n`` items for ``w`` workers, balanced by sum of dt.
+
+    Every chunk is non-empty; there are ``min(n, w)`` of them.
+    """
+    k = min(n, w)
+    if k == 0:
+        return []
+    if isinstance(dt, int) or k == 1:
+        bounds = [round(i * n / k) for i in range(k + 1)]
+    else:
+        cum = np.cumsum(dt)
+        total = float(cum[-1])
+        bounds = [0]
+        for j in range(1, k):
+            b = int(np.searchsorted(cum, total * j / k, side="left")) + 1
+            b = min(max(b, bounds[-1] + 1), n - (k - j))  # non-empty chunks on both sides
+            bounds.append(b)
+        bounds.append(n)
+    return [(bounds[i], bounds[i + 1]) for i in range(k)]
+
+
+@dataclass(frozen=True)
+class Job:
+    """The checked inputs of one batch (the batch's own copies), from which its chunks are encoded.
+
+    Attributes:
+        n: the number of items.
+        actions: ``(n, ...)`` for step_batch, ``(n, T, ...)`` for a rollout; None when a policy acts.
+        states: n states, or None: every item starts from ``start``.
+        dt: an int, or n ints.
+        seeds: None, or n ints.
+        start: the current state the items start from when ``states`` is None.
+        rollout: None for step_batch; the rollout's horizon, pickled policy and return_all.
+        policy: the caller's policy object (for a rollout run in this process).
+        index_errors: a malformed state's error names its index (False for ``step``'s one state).
+    """
+
+    n: int
+    actions: Any
+    states: list[State] | None
+    dt: int | np.ndarray
+    seeds: np.ndarray | None
+    start: State | None = None
+    rollout: RolloutSpec | None = None
+    policy: Any = None
+    index_errors: bool = True
+
+    @property
+    def op(self) -> Op:
+        return Op.STEP_BATCH if self.rollout is None else Op.ROLLOUT_BATCH
+
+    @property
+    def steps_per_item(self) -> int:
+        return 1 if self.rollout is None else self.rollout.horizon
+
+    def cost(self, lo: int, hi: int) -> int:
+        """Env steps of items lo..hi at most (for chunking and expected durations)."""
+        dt = self.dt
+        per = dt * (hi - lo) if isinstance(dt, int) else int(np.sum(dt[lo:hi]))
+        return per * self.steps_per_item
+
+    def gatherer(self, observation_space: spaces.Space) -> "Gather":
+        """A fresh gatherer for this job's chunk replies."""
+        if self.rollout is None:
+            return StepGather(self.n, observation_space)
+        return RolloutGather(self.n, observation_space, self.rollout)
+
+
+def out_bytes_guess(observation_space: spaces.Space, state: State | None, job: Job) -> int:
+    """Slab bytes an item's results may take before any was measured: its simulator array and observations."""
+    sim = state.sim.nbytes if state is not None and isinstance(state.sim, np.ndarray) else 0
+    shape = getattr(observation_space, "shape", None)
+    dtype = getattr(observation_space, "dtype", None)
+    obs_bytes = int(np.prod(shape)) * np.dtype(dtype).itemsize if shape and dtype is not None else 0
+    outputs = 1 + (job.steps_per_item if job.rollout is not None and job.rollout.return_all else 0)
+    return (sim + obs_bytes + ALIGN) * outputs
+
+
+def encode(job: Job, lo: int, hi: int, per_item_out: int, acquire: Callable[[int], Slab] | None) -> tuple[
+        ChunkRequest, Slab | None]:
+    """The request of chunk lo..hi, and its slab (None when ``acquire`` is None: everything in the message).
+
+    ``per_item_out`` is the slab room reserved per item for the results (what
+    does not fit travels in the reply, and is learned for the next chunks).
+    """
+    m = hi - lo
+    actions, dt, seeds = job.actions, job.dt, job.seeds
+    sub_states = None if job.states is None else job.states[lo:hi]
+    act_arr = isinstance(actions, np.ndarray) and not actions.dtype.hasobject
+    est_in = (actions[lo:hi].nbytes if act_arr else 0) + 16 * m + 128
+    if sub_states is not None and isinstance(sub_states[0].sim, np.ndarray):
+        est_in += sub_states[0].sim.nbytes * m
+    slab = acquire(est_in + per_item_out * m + 4 * ALIGN) if acquire is not None else None
+    w = ArrayWriter(slab)
+    req_actions = None
+    if actions is not None and not (act_arr and w.put_array("actions", actions[lo:hi])):
+        req_actions = actions[lo:hi]
+    req_dt: Any = dt if isinstance(dt, int) else (None if w.put_array("dt", dt[lo:hi]) else dt[lo:hi])
+    req_seeds = None if seeds is None or w.put_array("seeds", seeds[lo:hi]) else seeds[lo:hi]
+    # A policy reads the start observation: it travels with the states.
+    with_obs = job.rollout is not None and actions is None
+    packed = None if sub_states is None else pack_states(sub_states, w, "in_", with_obs=with_obs)
+    req = ChunkRequest(
+        n=m, first_index=lo, slab=None if slab is None else slab.name, slab_size=0 if slab is None else slab.size,
+        layout=w.layout, out_offset=-(-w.pos // ALIGN) * ALIGN, actions=req_actions, dt=req_dt, seeds=req_seeds,
+        has_seeds=seeds is not None, states=packed, rollout=job.rollout, index_errors=job.index_errors,
+    )
+    return req, slab
+
+
+def _obs_rows(cols: dict[str, np.ndarray], listed: list | None, name: str) -> list:
+    """A chunk's observations as read-only private rows: from the slab column ``name``, or the listed ones."""
+    if name in cols:
+        arr = cols[name].copy()  # a view of the slab: copied before the slab is reused
+        arr.flags.writeable = False  # the states keep these rows; callers get stacked copies
+        return list(arr)
+    return listed or []
+
+
+class Gather(Protocol):
+    """Absorbs chunk replies in any order; builds the batch's result in input order."""
+
+    total_steps: int
+
+    def absorb(self, lo: int, hi: int, reply: ChunkReply, cols: dict[str, np.ndarray]) -> None:
+        """Copy chunk lo..hi's results out of ``cols`` (slab views, reused after this returns)."""
+
+    def result(self) -> Any:
+        """The batch's result, every chunk absorbed."""
+
+
+class StepGather:
+    """The results of a step_batch, filled chunk by chunk as replies arrive (in any order).
+
+    Absorbing a chunk twice (a replayed chunk) writes the same rows again.
+    """
+
+    def __init__(self, n: int, observation_space: spaces.Space) -> None:
+        self.n = n
+        self.space = observation_space
+        self.states: list = [None] * n
+        self.rewards = np.empty(n, dtype=np.float64)
+        self.terms = np.empty(n, dtype=bool)
+        self.truncs = np.empty(n, dtype=bool)
+        self.infos: list = [None] * n
+        self.steps = np.zeros(n, dtype=np.int64)
+        self.obs_arr: np.ndarray | None = None  # while every chunk's observations stack alike
+        self.obs_list: list | None = None  # otherwise, one per item
+        self.ranges: list[tuple[int, int]] = []
+
+    @property
+    def total_steps(self) -> int:
+        return int(self.steps.sum())
+
+    def _put_obs(self, lo: int, hi: int, column: np.ndarray | None, rows: list | None) -> None:
+        if column is not None and self.obs_list is None:
+            if self.obs_arr is None:
+                self.obs_arr = np.empty((self.n,) + column.shape[1:], dtype=column.dtype)
+            if self.obs_arr.shape[1:] == column.shape[1:] and self.obs_arr.dtype == column.dtype:
+                self.obs_arr[lo:hi] = column
+                return
+        if self.obs_list is None:
+            self.obs_list = [None] * self.n
+            if self.obs_arr is not None:
+                for a, b in self.ranges:
+                    self.obs_list[a:b] = list(self.obs_arr[a:b])
+            self.obs_arr = None
+        self.obs_list[lo:hi] = list(column.copy()) if column is not None else rows  # type: ignore[arg-type]
+
+    def absorb(self, lo: int, hi: int, reply: ChunkReply, cols: dict[str, np.ndarray]) -> None:
+        m = hi - lo
+        self.rewards[lo:hi] = reply.rewards
+        self.terms[lo:hi] = reply.terminations
+        self.truncs[lo:hi] = reply.truncations
+        self.steps[lo:hi] = reply.n_steps
+        self._put_obs(lo, hi, cols.get("obs"), reply.obs)
+        self.states[lo:hi] = unpack_states(reply.states, cols, "", m)
+        infos = unpack_infos(reply.infos, m)
+        for info, k in zip(infos, reply.n_steps.tolist()):
+            info["n_steps"] = k
+        self.infos[lo:hi] = infos
+        self.ranges.append((lo, hi))
+
+    def result(self) -> StepBatch:
+        """The :class:`StepBatch`; each state keeps its own (read-only) observation."""
+        states = self.states
+        if self.obs_arr is not None:
+            # The states keep their own rows: the caller may change the returned array in place.
+            kept = self.obs_arr.copy()
+            kept.flags.writeable = False
+            for s, o in zip(states, kept):
+                s.obs = o
+            observations = self.obs_arr
+            want = getattr(self.space, "dtype", None)
+            if want is not None and observations.dtype != want and observations.shape[1:] == self.space.shape:
+                observations = observations.astype(want)  # an env whose obs dtype differs from its space
+        else:
+            obs_list = self.obs_list or []
+            for s, o in zip(states, obs_list):
+                s.obs = o
+            observations = stack_observations(self.space, obs_list)
+        return StepBatch(states, observations, self.rewards, self.terms, self.truncs, self.infos)
+
+
+class RolloutGather:
+    """The results of a rollout_batch, chunk by chunk as replies arrive (in any order)."""
+
+    def __init__(self, n: int, observation_space: spaces.Space, spec: RolloutSpec) -> None:
+        self.space = observation_space
+        self.spec = spec
+        self.chunks: dict[int, tuple[int, RolloutParts]] = {}  # lo -> (hi, parts)
+        self.total_steps = 0
+
+    def absorb(self, lo: int, hi: int, reply: ChunkReply, cols: dict[str, np.ndarray]) -> None:
+        m, horizon = hi - lo, self.spec.horizon
+        states = unpack_states(reply.states, cols, "", m)
+        for s, o in zip(states, _obs_rows(cols, reply.obs, "obs")):
+            s.obs = o
+        all_states = all_obs = None
+        if self.spec.return_all:
+            flat = unpack_states(reply.all_states, cols, "all_", m * horizon)  # type: ignore[arg-type]
+            for s, o in zip(flat, _obs_rows(cols, reply.all_obs, "all_obs")):
+                s.obs = o
+            all_states = [flat[k * horizon:(k + 1) * horizon] for k in range(m)]
+            all_obs = [[s.obs for s in row] for row in all_states]
+        n_steps = reply.n_steps.tolist()
+        parts = RolloutParts(
+            states, [s.obs for s in states], reply.rewards, reply.terminations.tolist(),
+            reply.truncations.tolist(), n_steps, unpack_infos(reply.infos, m), all_states, all_obs,
+        )
+        old = self.chunks.get(lo)
+        if old is not None:
+            self.total_steps -= int(sum(old[1].n_steps))
+        self.chunks[lo] = (hi, parts)
+        self.total_steps += int(sum(n_steps))
+
+    def result(self) -> RolloutBatch:
+        ordered = [self.chunks[lo][1] for lo in sorted(self.chunks)]
+        if not ordered:
+            empty = np.zeros((0, self.spec.horizon), dtype=np.float64)
+            whole = RolloutParts([], [], empty, [], [], [], [], [] if self.spec.return_all else None,
+                                 [] if self.spec.return_all else None)
+        else:
+            whole = RolloutParts(
+                *(sum((list(getattr(p, f)) for p in ordered), []) for f in ("states", "observations")),
+                np.concatenate([p.rewards for p in ordered]),
+                *(sum((list(getattr(p, f)) for p in ordered), [])
+                  for f in ("terminations", "truncations", "n_steps", "infos")),
+                sum((p.all_states for p in ordered), []) if self.spec.return_all else None,  # type: ignore[arg-type]
+                sum((p.all_observations for p in ordered), []) if self.spec.return_all else None,  # type: ignore[arg-type]
+            )
+        return to_rollout_batch(self.space, whole)

@@ -1,0 +1,95 @@
+"""States and infos as columns: what is an array goes to a slab, the rest is pickled once per chunk.
+
+Pickling all the non-array parts of a chunk in one ``dumps`` call lets pickle's
+memo share repeated objects (the same RNG dict, the same kind string) instead of
+copying them per item.
+"""
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+
+from plan_parallel.state import State
+from plan_parallel.wire.slabs import ArrayWriter
+
+__all__ = ["pack_states", "unpack_states", "pack_infos", "unpack_infos"]
+
+
+def pack_states(states: Sequence[State], w: ArrayWriter, prefix: str, with_obs: bool) -> dict[str, Any]:
+    """Split states into array columns (written to ``w``) and a picklable remainder."""
+    sims = [s.sim for s in states]
+    rest: dict[str, Any] = {
+        "kind": states[0].kind if states else "",
+        "extra": [s.extra for s in states],
+        "rng": [s.rng for s in states],
+        "wrappers": [s.wrappers for s in states],
+    }
+    if not w.put_rows(prefix + "sim", sims):
+        rest["sim"] = sims
+    if with_obs:
+        obs = [s.obs for s in states]
+        if not w.put_rows(prefix + "obs", obs):
+            rest["obs"] = obs
+    return rest
+
+
+def unpack_states(rest: dict[str, Any], cols: dict[str, np.ndarray], prefix: str, n: int) -> list[State]:
+    """Rebuild states from :func:`pack_states` output (array rows are views of ``cols``)."""
+    kind = rest["kind"]
+    sims = rest.get("sim")
+    if sims is None:
+        sims = list(cols[prefix + "sim"])
+    obs = rest.get("obs")
+    if obs is None:
+        obs = list(cols[prefix + "obs"]) if prefix + "obs" in cols else [None] * n
+    extra, rng, wrappers = rest["extra"], rest["rng"], rest["wrappers"]
+    new = State.__new__
+    out = []
+    for i in range(n):
+        s = new(State)
+        s.kind = kind
+        s.sim = sims[i]
+        s.extra = extra[i]
+        s.rng = rng[i]
+        s.wrappers = wrappers[i]
+        s.obs = obs[i]
+        out.append(s)
+    return out
+
+
+def pack_infos(infos: list[dict]) -> Any:
+    """Infos for the wire: None when all empty; numpy-scalar values as one array per key.
+
+    Unpickling thousands of numpy scalars (MuJoCo's infos hold several per
+    step) costs more than the step itself; as columns they cost one array each.
+    Values of any other type travel as they are, so the rebuilt dicts are equal
+    in value and type.
+    """
+    if not any(infos):
+        return None
+    keys = list(infos[0])
+    if any(list(i) != keys for i in infos):
+        return infos
+    cols: dict[str, Any] = {}
+    for k in keys:
+        vals = [i[k] for i in infos]
+        t = type(vals[0])
+        if issubclass(t, np.generic) and not issubclass(t, (np.object_, np.void, np.str_, np.bytes_)) and all(
+            type(v) is t for v in vals
+        ):
+            cols[k] = np.array(vals, dtype=t)
+        else:
+            cols[k] = vals
+    return ("cols", keys, cols)
+
+
+def unpack_infos(packed: Any, n: int) -> list[dict]:
+    """The list of dicts :func:`pack_infos` was given (fresh dicts)."""
+    if packed is None:
+        return [{} for _ in range(n)]
+    if isinstance(packed, list):
+        return packed
+    _, keys, cols = packed
+    per_key = [cols[k] if isinstance(cols[k], list) else list(cols[k]) for k in keys]
+    return [dict(zip(keys, vals)) for vals in zip(*per_key)]

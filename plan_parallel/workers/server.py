@@ -1,0 +1,187 @@
+"""The op server: what a worker does with each :class:`~plan_parallel.wire.messages.Call`.
+
+Shared by every backend's worker (a process in :mod:`.process`, a Ray actor in
+:mod:`.ray_actor`). The server hosts one :class:`~plan_parallel.env.PlanEnv`,
+reads a chunk from its slab, validates every state exactly as the inline
+backend does (so bad input is answered alike wherever it runs), runs the items,
+and writes the results back.
+"""
+from __future__ import annotations
+
+import os
+import pickle
+import time
+from typing import Any, Callable
+
+import numpy as np
+
+from plan_parallel.env import PlanEnv
+from plan_parallel.errors import StateError
+from plan_parallel.wire.columns import pack_infos, pack_states, unpack_states
+from plan_parallel.wire.messages import (
+    READY,
+    Call,
+    ChunkReply,
+    ChunkRequest,
+    Op,
+    Reply,
+    WorkerInfo,
+    remote_error,
+)
+from plan_parallel.wire.slabs import PROTOCOL, ArrayWriter, Slab, read_columns
+
+__all__ = ["Server", "answer", "build_server", "ready_reply", "serve"]
+
+
+class Server:
+    """A worker's env, the slabs it attached, and its op handlers (the allow-list is :class:`Op`)."""
+
+    def __init__(self, env: PlanEnv) -> None:
+        self.env = env
+        self.slabs: dict[str, Slab] = {}
+        self._policy_blob: bytes | None = None
+        self._policy_obj: Any = None
+        self.handlers: dict[Op, Callable[..., Any]] = {
+            Op.RESET: self.reset,
+            Op.STEP_BATCH: self.step_batch,
+            Op.ROLLOUT_BATCH: self.rollout_batch,
+            Op.SET_STATE: self.set_state,
+        }
+
+    def close(self) -> None:
+        for s in self.slabs.values():
+            s.close()
+        self.slabs.clear()
+        self.env.close()
+
+    def _slab(self, name: str | None, size: int) -> Slab | None:
+        if name is None:
+            return None
+        s = self.slabs.get(name)
+        if s is None or s.size != size:
+            s = self.slabs[name] = Slab(name, size, create=False)
+        return s
+
+    # --- ops -------------------------------------------------------------------
+    def reset(self, seed: Any, options: Any) -> tuple:
+        return self.env.reset(seed, options)
+
+    def set_state(self, blob: bytes) -> None:
+        self.env.set_state(pickle.loads(blob))
+
+    def _read(self, req: ChunkRequest) -> tuple[Slab | None, dict[str, np.ndarray], list | None, Any, Any, Any]:
+        """A chunk's slab, input columns, validated states, actions, dt and seeds."""
+        slab = self._slab(req.slab, req.slab_size)
+        cols = read_columns(slab, req.layout)
+        states = None
+        if req.states is not None:
+            states = unpack_states(req.states, cols, "in_", req.n)
+            for i, s in enumerate(states):
+                try:
+                    self.env.validate(s)
+                except StateError as e:  # worded as the inline backend's check_states words it
+                    err = StateError(f"states[{req.first_index + i}]: {e}") if req.index_errors else e
+                    err._pp_item = i  # type: ignore[attr-defined]
+                    raise err from None
+        actions = cols.get("actions", req.actions)
+        dt = cols.get("dt", req.dt)
+        seeds = cols.get("seeds", req.seeds) if req.has_seeds else None
+        return slab, cols, states, actions, dt, seeds
+
+    @staticmethod
+    def _write_items(w: ArrayWriter, prefix: str, states: list, obs: list) -> tuple[dict, list | None]:
+        """N result states (without their observations) and observations (slab rows, or listed)."""
+        packed = pack_states(states, w, prefix, with_obs=False)
+        return packed, None if w.put_rows(prefix + "obs", obs) else obs
+
+    def step_batch(self, req: ChunkRequest) -> ChunkReply:
+        slab, _, states, actions, dt, seeds = self._read(req)
+        out_states, obs, rewards, terms, truncs, infos = self.env.run_raw(states, actions, dt, seeds)
+        w = ArrayWriter(slab, req.out_offset)
+        packed, listed = self._write_items(w, "", out_states, obs)
+        return ChunkReply(
+            rewards=np.array(rewards, dtype=np.float64),
+            terminations=np.array(terms, dtype=bool),
+            truncations=np.array(truncs, dtype=bool),
+            n_steps=np.fromiter((i.pop("n_steps") for i in infos), dtype=np.int64, count=req.n),
+            states=packed, obs=listed, infos=pack_infos(infos), layout=w.layout, needed=w.needed - req.out_offset,
+        )
+
+    def _policy(self, blob: bytes | None) -> Any:
+        """The policy a request ships (cloudpickled), unpickled once while the same bytes keep coming."""
+        if blob is None:
+            return None
+        if blob != self._policy_blob:
+            self._policy_obj = pickle.loads(blob)
+            self._policy_blob = blob
+        return self._policy_obj
+
+    def rollout_batch(self, req: ChunkRequest) -> ChunkReply:
+        spec = req.rollout
+        assert spec is not None, "a rollout chunk carries its RolloutSpec"
+        slab, _, states, actions, dt, seeds = self._read(req)
+        parts = self.env.rollout_raw(
+            states, actions, dt, spec.horizon, policy=self._policy(spec.policy), seeds=seeds,
+            first_index=req.first_index, return_all=spec.return_all, n=req.n,
+        )
+        w = ArrayWriter(slab, req.out_offset)
+        packed, listed = self._write_items(w, "", parts.states, parts.observations)
+        all_packed = all_listed = None
+        if spec.return_all:
+            flat_states = [s for row in parts.all_states for s in row]  # type: ignore[union-attr]
+            flat_obs = [o for row in parts.all_observations for o in row]  # type: ignore[union-attr]
+            all_packed, all_listed = self._write_items(w, "all_", flat_states, flat_obs)
+        return ChunkReply(
+            rewards=parts.rewards,
+            terminations=np.array(parts.terminations, dtype=bool),
+            truncations=np.array(parts.truncations, dtype=bool),
+            n_steps=np.array(parts.n_steps, dtype=np.int64),
+            states=packed, obs=listed, infos=pack_infos(parts.infos), layout=w.layout,
+            needed=w.needed - req.out_offset, all_states=all_packed, all_obs=all_listed,
+        )
+
+
+def build_server(blob: bytes) -> tuple[Server, WorkerInfo]:
+    """Build the env from a cloudpickled ``(factory, adapter)``: the server and what it reports."""
+    factory, adapter = pickle.loads(blob)
+    env = PlanEnv(factory, adapter=adapter)
+    spec = env.spec
+    try:
+        pickle.dumps(spec, PROTOCOL)
+    except (pickle.PicklingError, TypeError, AttributeError):
+        spec = None  # e.g. a wrapper holding a lambda: the parent reads the spec from its own env
+    info = WorkerInfo(env.observation_space, env.action_space, env.kind, env.reseedable, os.getpid(), spec)
+    return Server(env), info
+
+
+def ready_reply(blob: bytes) -> tuple[Server | None, Reply]:
+    """Build the server; the reply to :data:`READY` (its :class:`WorkerInfo`, or the error building raised)."""
+    try:
+        server, info = build_server(blob)
+    except BaseException as e:  # noqa: BLE001 - reported to the parent with its own type
+        return None, Reply(READY, error=remote_error(e))
+    return server, Reply(READY, info)
+
+
+def answer(server: Server, call: Call) -> Reply:
+    """Run one call on ``server``: its :class:`Reply` (env errors travel inside it, with their traceback)."""
+    fn = server.handlers.get(call.op)
+    t0 = time.perf_counter()
+    if fn is None:
+        return Reply(call.id, error=remote_error(RuntimeError(
+            f"plan_parallel bug: a worker got op {call.op!r}; it answers {sorted(o.value for o in server.handlers)}")))
+    try:
+        value = fn(*call.args)
+    except BaseException as e:  # noqa: BLE001 - env errors travel back with their traceback
+        return Reply(call.id, error=remote_error(e, getattr(e, "_pp_item", None)),
+                     env_seconds=time.perf_counter() - t0)
+    return Reply(call.id, value, env_seconds=time.perf_counter() - t0)
+
+
+def serve(server: Server, call: Call) -> bytes:
+    """:func:`answer`, pickled for the pipe (an unpicklable result becomes an error reply)."""
+    reply = answer(server, call)
+    try:
+        return pickle.dumps(reply, PROTOCOL)
+    except Exception as e:  # noqa: BLE001 - an unpicklable result is reported, not fatal
+        return pickle.dumps(Reply(call.id, error=remote_error(e)), PROTOCOL)

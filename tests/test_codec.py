@@ -1,0 +1,140 @@
+"""The codec without processes: chunks encoded as the pool does, run by a worker's Server here, gathered back.
+
+Every test compares with the inline backend, which runs the same kernel; the
+slab and no-slab paths (process and Ray workers) are both covered.
+"""
+from __future__ import annotations
+
+import dataclasses
+import pickle
+from typing import Any, Iterator
+
+import cloudpickle
+import numpy as np
+import pytest
+
+import plan_parallel as pp
+from plan_parallel.wire.codec import Job, encode, out_bytes_guess
+from plan_parallel.wire.messages import Call, ChunkRequest, Op, Reply, RolloutSpec
+from plan_parallel.wire.slabs import Slab, SlabPool, read_columns
+from plan_parallel.workers.server import Server, answer
+from tests.test_rollout import assert_rollouts_equal, noisy_balance_policy, start_states
+
+CHUNKS = [(0, 2), (2, 3), (3, 6)]
+
+
+@pytest.fixture
+def server() -> Iterator[Server]:
+    s = Server(pp.make("CartPole-v1", backend="inline"))
+    yield s
+    s.close()
+
+
+def run_job(server: Server, job: Job, space: Any, with_slab: bool, chunks: list[tuple[int, int]] = CHUNKS,
+            replay: tuple[int, int] | None = None) -> Any:
+    """Encode each chunk, answer it with ``server`` (as a worker would), absorb it; ``replay`` one chunk twice."""
+    pool = SlabPool()
+    gather = job.gatherer(space)
+    per_out = out_bytes_guess(space, job.states[0] if job.states else job.start, job)
+    try:
+        order = list(chunks) + ([replay] if replay else [])
+        for lo, hi in reversed(order):  # any arrival order
+            req, slab = encode(job, lo, hi, per_out, pool.acquire if with_slab else None)
+            reply = answer(server, Call(7, job.op, (req,)))
+            assert reply.id == 7 and reply.error is None, reply.error and pickle.loads(reply.error)[1]
+            cols = read_columns(slab, reply.value.layout, views=("obs", "all_obs"))
+            gather.absorb(lo, hi, reply.value, cols)
+            if slab is not None:
+                pool.release(slab)
+        return gather.result()
+    finally:
+        pool.close()
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("with_slab", [True, False], ids=["slab", "no-slab"])
+def test_step_chunks_rebuild_the_inline_batch(make_inline, server, with_slab) -> None:
+    env = make_inline("CartPole-v1")
+    states = start_states(env, 6)[:6]
+    actions = np.array([0, 1, 1, 0, 1, 0])
+    dt = np.array([1, 3, 2, 1, 4, 2])
+    oracle = env.step_batch(actions, states, dt)
+    got = run_job(server, Job(6, actions, states, dt, None), env.observation_space, with_slab, replay=(2, 3))
+    assert np.array_equal(got.observations, oracle.observations)
+    assert np.array_equal(got.rewards, oracle.rewards)
+    assert got.infos == oracle.infos
+    assert [s == o for s, o in zip(got.states, oracle.states)] == [True] * 6
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("with_slab", [True, False], ids=["slab", "no-slab"])
+def test_rollout_chunks_rebuild_the_inline_batch(make_inline, server, with_slab) -> None:
+    """A policy rollout chunk by chunk (each chunk's first_index picks its items' RNGs) equals inline."""
+    env = make_inline("CartPole-v1")
+    s0, _, _ = env.reset(seed=0)
+    states = start_states(env, 6)[:6:2] + [s0, s0, s0]  # copies of one state: their policy RNG differs by index
+    oracle = env.rollout_batch(states, horizon=6, policy=noisy_balance_policy, return_all=True, dt=2)
+    spec = RolloutSpec(6, cloudpickle.dumps(noisy_balance_policy), True)
+    job = Job(6, None, states, 2, None, rollout=spec, policy=noisy_balance_policy)
+    assert_rollouts_equal(run_job(server, job, env.observation_space, with_slab, replay=(0, 2)), oracle)
+
+
+@pytest.mark.timeout(60)
+def test_step_chunks_from_the_held_state_with_seeds(make_inline) -> None:
+    """states=None: every item starts from the state the worker holds; seeds reseed each item."""
+    env = make_inline("FrozenLake-v1", is_slippery=True)
+    s0, _, _ = env.reset(seed=0)
+    seeds = np.arange(6, dtype=np.uint64)
+    oracle = env.step_batch(np.full(6, 1), seeds=seeds)
+    server = Server(pp.make("FrozenLake-v1", backend="inline", is_slippery=True))
+    try:
+        server.set_state(pickle.dumps(s0))
+        got = run_job(server, Job(6, np.full(6, 1), None, 1, seeds, start=s0), env.observation_space, True)
+    finally:
+        server.close()
+    assert got.observations.tolist() == oracle.observations.tolist()
+    assert [s.sim for s in got.states] == [s.sim for s in oracle.states]
+
+
+@pytest.mark.timeout(60)
+def test_a_malformed_state_fails_in_the_server_as_inline_with_its_item(make_inline, server) -> None:
+    """The server validates every state before restoring it: the inline error type and message, and the item."""
+    env = make_inline("CartPole-v1")
+    states = start_states(env, 3)[:3]
+    states[1] = pickle.loads(pickle.dumps(states[1]))
+    states[1].sim = np.zeros(3)
+    with pytest.raises(pp.StateError) as inline_err:
+        env.step_batch([0, 0, 0], states)
+    req, _ = encode(Job(3, np.zeros(3, dtype=np.int64), states, 1, None), 0, 3, 1024, None)
+    reply = answer(server, Call(3, Op.STEP_BATCH, (req,)))
+    exc, _, item = pickle.loads(reply.error)
+    assert type(exc) is pp.StateError and str(exc) == str(inline_err.value) and item == 1
+
+
+@pytest.mark.timeout(30)
+def test_an_unknown_op_is_reported_as_a_bug(server) -> None:
+    reply = answer(server, Call(5, Op.CLOSE, ()))
+    exc, _, _ = pickle.loads(reply.error)
+    assert reply.id == 5 and "plan_parallel bug" in str(exc)
+
+
+def test_messages_are_frozen_and_carry_their_call_id() -> None:
+    call = Call(9, Op.RESET, (0, None))
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        call.id = 10  # type: ignore[misc]
+    assert pickle.loads(pickle.dumps(Reply(9, 1))).id == 9
+    assert {f.name for f in dataclasses.fields(ChunkRequest)} >= {"n", "first_index", "slab", "layout"}
+
+
+@pytest.mark.timeout(30)
+def test_slabs_are_private_to_the_user() -> None:
+    import os
+    import stat
+
+    slab = Slab.create(4096)
+    try:
+        mode = os.stat(f"/dev/shm/{slab.name}").st_mode
+        assert stat.S_IMODE(mode) == 0o600
+    finally:
+        slab.close()
+    assert not os.path.exists(f"/dev/shm/{slab.name}")
