@@ -7,8 +7,11 @@
 """
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
+from plan_parallel.build import BACKENDS, make
+from plan_parallel.env import PlanEnv
 from plan_parallel.errors import (
     ClosedError,
     PlanParallelError,
@@ -17,32 +20,30 @@ from plan_parallel.errors import (
     WorkerCrashedError,
     WorkerTimeoutError,
 )
-from plan_parallel.state import State, get_state, set_state
-from plan_parallel.results import RolloutBatch, StepBatch
-from plan_parallel.env import PlanEnv
 from plan_parallel.factory import EnvFactory
-from plan_parallel.build import BACKENDS, make
+from plan_parallel.results import RolloutBatch, StepBatch
+from plan_parallel.state import State, get_state, set_state
 
 __version__ = "0.1.0"
 
 __all__ = [
     "BACKENDS",
-    "make",
-    "make_vec",
-    "check_clonable",
-    "PlanEnv",
+    "ClosedError",
     "EnvFactory",
-    "State",
-    "StepBatch",
-    "RolloutBatch",
-    "get_state",
-    "set_state",
+    "PlanEnv",
     "PlanParallelError",
+    "RemoteTraceback",
+    "RolloutBatch",
+    "State",
     "StateError",
+    "StepBatch",
     "WorkerCrashedError",
     "WorkerTimeoutError",
-    "ClosedError",
-    "RemoteTraceback",
+    "check_clonable",
+    "get_state",
+    "make",
+    "make_vec",
+    "set_state",
 ]
 
 def make_vec(env: str | Callable[..., Any], num_envs: int = 1, **kwargs: Any):

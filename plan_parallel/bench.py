@@ -15,11 +15,12 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
-__all__ = ["add_bench_arguments", "run_bench", "make_workload", "hand_loop"]
+__all__ = ["add_bench_arguments", "hand_loop", "make_workload", "run_bench"]
 
 
 def add_bench_arguments(p: argparse.ArgumentParser) -> None:
@@ -85,7 +86,7 @@ def hand_loop(env: Any, step: Callable, get: Callable, put: Callable, states: li
         put(s)
         total = 0.0
         for _ in range(dt):
-            obs, r, term, trunc, info = step(a)
+            obs, r, term, trunc, _info = step(a)
             total += r
             n += 1
             if term or trunc:
@@ -102,7 +103,7 @@ def _median_time(fn: Callable[[], Any]) -> float:
 
 def _alternate(fns: dict[str, Callable[[], Any]], repeats: int) -> dict[str, float]:
     times: dict[str, list[float]] = {k: [] for k in fns}
-    for k, f in fns.items():  # warm-up
+    for f in fns.values():  # warm-up
         f()
     for _ in range(repeats):
         for k, f in fns.items():
@@ -114,7 +115,7 @@ def bench_inline(repeats: int, quick: bool) -> list[str]:
     """Inline PlanEnv vs a hand-written loop of native state calls (same items, same env)."""
     import plan_parallel as pp
 
-    lines = ["inline backend vs hand-written loop (median of %d alternating runs)" % repeats,
+    lines = [f"inline backend vs hand-written loop (median of {repeats} alternating runs)",
              f"{'env':<14} {'B':>5} {'dt':>3} {'loop tr/s':>11} {'inline tr/s':>12} {'ratio':>6}"]
     cases = [("CartPole-v1", {}, 512 if not quick else 64), ("ALE/Pong-v5", {}, 64 if not quick else 8)]
     for env_id, kw, b in cases:

@@ -9,7 +9,7 @@ import numpy as np
 
 from plan_parallel.bench import _alternate, make_workload
 
-__all__ = ["bench_process", "CASES"]
+__all__ = ["CASES", "bench_process"]
 
 # (label, env id, kwargs): Pong with RGB observations and frameskip 1, as the issue asks.
 CASES = [

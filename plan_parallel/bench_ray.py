@@ -13,9 +13,10 @@ the first env's actors) and the fixed cost of a call with 2 tiny items.
 from __future__ import annotations
 
 import time
+
 from plan_parallel.bench import _alternate, make_workload
 
-__all__ = ["bench_ray", "CASES"]
+__all__ = ["CASES", "bench_ray"]
 
 CASES = [
     ("Pong RGB fs1", "ALE/Pong-v5", {"frameskip": 1}),

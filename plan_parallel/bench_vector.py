@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import statistics
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
-__all__ = ["bench_vector", "CASES", "N_ENVS"]
+__all__ = ["CASES", "N_ENVS", "bench_vector"]
 
 N_ENVS = 8
 # (label, env id, kwargs, vector steps per run, quick vector steps): Pong with its RGB observations.

@@ -1,7 +1,8 @@
 """``make``: build an env with the planning API on the chosen backend."""
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from plan_parallel.env import PlanEnv
 from plan_parallel.factory import EnvFactory

@@ -4,7 +4,8 @@ from __future__ import annotations
 import argparse
 import ast
 import sys
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 __all__ = ["main", "parse_env_kwargs"]
 

@@ -6,7 +6,8 @@ other backend must match bit for bit, and the object a worker process hosts.
 from __future__ import annotations
 
 import time
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -21,8 +22,8 @@ from plan_parallel.inputs import (
     check_seeds,
     check_states,
 )
-from plan_parallel.results import RolloutBatch, StepBatch, stack_observations
 from plan_parallel.loops import Policy, RolloutParts, UniformPolicy, run_items, run_rollouts, to_rollout_batch
+from plan_parallel.results import RolloutBatch, StepBatch, stack_observations
 from plan_parallel.state import Adapter, State, bind
 
 __all__ = ["EnvFactory", "PlanEnv", "run_items", "run_rollouts"]  # EnvFactory, run_* re-exported
@@ -377,7 +378,7 @@ class PlanEnv:
             self._closed = True
             self._env.close()
 
-    def __enter__(self) -> "PlanEnv":
+    def __enter__(self) -> PlanEnv:
         return self
 
     def __exit__(self, *exc: Any) -> None:

@@ -9,13 +9,13 @@ process, carry the remote traceback as ``__cause__`` (a :class:`RemoteTraceback`
 from __future__ import annotations
 
 __all__ = [
+    "ClosedError",
     "PlanParallelError",
+    "RemoteError",
+    "RemoteTraceback",
     "StateError",
     "WorkerCrashedError",
     "WorkerTimeoutError",
-    "ClosedError",
-    "RemoteError",
-    "RemoteTraceback",
 ]
 
 

@@ -1,7 +1,8 @@
 """EnvFactory: a picklable recipe that builds the same gymnasium env in any process."""
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 __all__ = ["EnvFactory"]
 

@@ -7,7 +7,8 @@ same way on every backend, naming what was expected and what was given.
 from __future__ import annotations
 
 import numbers
-from typing import Any, Callable, NamedTuple, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple
 
 import cloudpickle
 import numpy as np
@@ -18,17 +19,17 @@ from plan_parallel.state import State
 
 __all__ = [
     "RolloutRequest",
-    "check_dt",
-    "check_seed",
-    "check_seeds",
-    "check_horizon",
-    "check_policy",
-    "check_actions",
     "check_action",
     "check_action_sequences",
+    "check_actions",
+    "check_dt",
+    "check_horizon",
     "check_kind",
-    "check_states",
+    "check_policy",
     "check_rollout",
+    "check_seed",
+    "check_seeds",
+    "check_states",
 ]
 
 
@@ -161,7 +162,7 @@ def check_policy(policy: Any) -> bytes:
         raise TypeError(f"policy must be a callable (obs, rng) -> action, got {type(policy).__name__}: {policy!r:.100}")
     try:
         return cloudpickle.dumps(policy)
-    except Exception as exc:  # noqa: BLE001 - any pickling failure means "cannot ship it"
+    except Exception as exc:
         raise TypeError(
             f"policy must be picklable with cloudpickle (it runs in the workers), but pickling {policy!r:.100} "
             f"failed: {type(exc).__name__}: {exc}"

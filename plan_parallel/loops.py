@@ -18,7 +18,8 @@ from __future__ import annotations
 import collections
 import hashlib
 import pickle
-from typing import Any, Callable, NamedTuple, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple
 
 import numpy as np
 from gymnasium import spaces

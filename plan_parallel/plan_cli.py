@@ -5,7 +5,8 @@ import argparse
 import math
 import os
 import statistics
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 __all__ = ["add_plan_arguments", "run_plan", "save_animation", "summarize"]
 

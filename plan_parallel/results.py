@@ -1,14 +1,15 @@
 """What the planning calls return: :class:`StepBatch` and :class:`RolloutBatch`, and how observations stack."""
 from __future__ import annotations
 
-from typing import Any, NamedTuple, Sequence
+from collections.abc import Sequence
+from typing import Any, NamedTuple
 
 import numpy as np
 from gymnasium import spaces
 
 from plan_parallel.state import State
 
-__all__ = ["StepBatch", "RolloutBatch", "stack_observations"]
+__all__ = ["RolloutBatch", "StepBatch", "stack_observations"]
 
 
 class StepBatch(NamedTuple):

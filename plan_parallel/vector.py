@@ -22,8 +22,9 @@ from __future__ import annotations
 
 import time
 from collections import OrderedDict
+from collections.abc import Callable, Sequence
 from copy import deepcopy
-from typing import Any, Callable, NamedTuple, Sequence
+from typing import Any, NamedTuple
 
 import numpy as np
 from gymnasium.error import AlreadyPendingCallError, NoAsyncCallError
@@ -45,7 +46,7 @@ from plan_parallel.vector_inputs import (
     is_int,
 )
 
-__all__ = ["make_vec", "PlanVectorEnv", "Received"]
+__all__ = ["PlanVectorEnv", "Received", "make_vec"]
 
 _RECV_SLICE = 0.002  # seconds recv waits on one group before looking at the others again
 
@@ -116,11 +117,11 @@ def _same_value(a: Any, b: Any) -> bool:
         return True
     try:
         return bool(np.array_equal(a, b)) if isinstance(a, np.ndarray) or isinstance(b, np.ndarray) else bool(a == b)
-    except Exception:  # noqa: BLE001 - values we cannot compare are "not the same"
+    except Exception:
         return False
 
 
-def make_vec(env: str | Callable[..., Any], num_envs: int = 1, **kwargs: Any) -> "PlanVectorEnv":
+def make_vec(env: str | Callable[..., Any], num_envs: int = 1, **kwargs: Any) -> PlanVectorEnv:
     """A gymnasium ``VectorEnv`` of ``num_envs`` sub-envs stepped by planning workers.
 
     ``pp.make_vec(env, num_envs=N, n_workers=W, backend="process", autoreset_mode=...,
@@ -727,7 +728,7 @@ class PlanVectorEnv(VectorEnv):
             if self._local is not self._plan:
                 self._local.close()
 
-    def __enter__(self) -> "PlanVectorEnv":
+    def __enter__(self) -> PlanVectorEnv:
         return self
 
     def __exit__(self, *exc: Any) -> None:

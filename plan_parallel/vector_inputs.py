@@ -15,13 +15,13 @@ from gymnasium.vector.utils import batch_space, iterate
 from plan_parallel.inputs import check_actions, check_seed
 
 __all__ = [
-    "is_int",
-    "is_array_space",
-    "check_indices",
-    "check_vector_actions",
-    "check_reset_seeds",
-    "check_reset_options",
     "check_autoreset_flags",
+    "check_indices",
+    "check_reset_options",
+    "check_reset_seeds",
+    "check_vector_actions",
+    "is_array_space",
+    "is_int",
 ]
 
 _ARRAY_SPACES = (spaces.Box, spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary)
@@ -78,7 +78,7 @@ def check_vector_actions(single: spaces.Space, actions: Any, k: int, batched: di
         space = batched[k] = batch_space(single, k)
     try:
         items = list(iterate(space, actions))
-    except Exception as exc:  # noqa: BLE001 - any failure to split means "not a batch of k actions"
+    except Exception as exc:
         raise ValueError(f"actions must be a batch of {k} actions of {single}: {type(exc).__name__}: {exc}") from exc
     if len(items) != k:
         raise ValueError(f"expected {k} actions, got {len(items)}")

@@ -3,8 +3,9 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, settings

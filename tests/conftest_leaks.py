@@ -23,12 +23,12 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Callable, Iterator
+from collections.abc import Callable, Iterator
 
 import psutil
 import pytest
 
-__all__ = ["no_leaks", "no_leaks_module", "keep_processes", "live_children", "shm_segments", "keep", "HELPERS"]
+__all__ = ["HELPERS", "keep", "keep_processes", "live_children", "no_leaks", "no_leaks_module", "shm_segments"]
 
 GRACE_SECONDS = 5.0
 HELPERS = ("multiprocessing.resource_tracker", "multiprocessing.forkserver")

@@ -28,12 +28,12 @@ import numpy as np
 from gymnasium import spaces
 
 __all__ = [
+    "FAULTS",
+    "PHASES",
     "CounterEnv",
     "DictObsEnv",
     "FaultyEnv",
     "UnclonableEnv",
-    "FAULTS",
-    "PHASES",
     "UnpicklableError",
 ]
 

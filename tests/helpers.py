@@ -12,8 +12,8 @@ from typing import Any
 import numpy as np
 
 __all__ = [
-    "assert_tree_equal",
     "assert_batches_equal",
+    "assert_tree_equal",
     "batch_payload",
     "replay_in_fresh_process",
     "sample_actions",

@@ -32,14 +32,14 @@ os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # the cluster and the driver
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import numpy as np  # noqa: E402
-import psutil  # noqa: E402
-import ray  # noqa: E402
-from ray.cluster_utils import Cluster  # noqa: E402
+import numpy as np
+import psutil
+import ray
+from ray.cluster_utils import Cluster
 
-import plan_parallel as pp  # noqa: E402
-from tests.envs_ray import NodeEnv  # noqa: E402
-from tests.helpers import assert_batches_equal  # noqa: E402
+import plan_parallel as pp
+from tests.envs_ray import NodeEnv
+from tests.helpers import assert_batches_equal
 
 FAST_HEALTH_CHECKS = {"health_check_period_ms": 500, "health_check_failure_threshold": 3,
                       "health_check_initial_delay_ms": 0}

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import pickle
 from collections import deque
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import numpy as np
 import pytest
@@ -112,7 +113,7 @@ def outcome(fn: Callable[[], Any]) -> tuple[str, Any]:
     """("ok", value) or ("raised", exception)."""
     try:
         return "ok", fn()
-    except Exception as e:  # noqa: BLE001 - compared by the caller
+    except Exception as e:
         return "raised", e
 
 
@@ -557,7 +558,8 @@ def _bad_inputs(s: State, alien: State) -> list[tuple[str, Callable[[Any], Any],
         ("action-shape", lambda e: e.step_batch(np.zeros((2, 2), dtype=int)), ValueError, r"shape \(N,\), got shape"),
         ("states-not-seq", lambda e: e.step_batch(np.array([0]), states=s), TypeError, r"sequence of 1 State"),
         ("states-alien", lambda e: e.step_batch(np.array([0]), states=[alien]), StateError, r"states\[0\]:.*kind"),
-        ("states-junk", lambda e: e.step_batch(np.array([0]), states=["x"]), StateError, r"expected a plan_parallel State, got str"),
+        ("states-junk", lambda e: e.step_batch(np.array([0]), states=["x"]), StateError,
+         r"expected a plan_parallel State, got str"),
         ("step-action", lambda e: e.step(5), ValueError, r"outside Discrete\(3\)"),
         ("step-dt", lambda e: e.step(0, dt=0), ValueError, r"dt must be"),
         ("step-dt-array", lambda e: e.step(0, dt=[1, 2]), ValueError, r"dt must be integers >= 1 with shape \(1,\)"),

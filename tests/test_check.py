@@ -105,7 +105,7 @@ def test_check_reports_unsupported_env_without_raising():
         action_space = gym.spaces.Discrete(2)
 
         def __init__(self):
-            self.handle = open(__file__)  # noqa: SIM115 - an unpicklable field
+            self.handle = open(__file__)
 
         def reset(self, *, seed=None, options=None):
             super().reset(seed=seed)

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import dataclasses
 import pickle
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import cloudpickle
 import numpy as np

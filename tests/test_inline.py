@@ -1,6 +1,8 @@
 """The PlanEnv API on the inline backend: semantics, result shapes, lifecycle and input errors."""
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 from hypothesis import given
@@ -558,7 +560,7 @@ def test_make_bad_options(kwargs, pattern):
 def test_make_bad_env():
     with pytest.raises(TypeError, match="env must be a gymnasium env id"):
         pp.make(42, backend="inline")
-    with pytest.raises(TypeError, match="must return a gymnasium.Env, got int"):
+    with pytest.raises(TypeError, match=r"must return a gymnasium\.Env, got int"):
         pp.make(lambda: 3, backend="inline")
 
 
@@ -607,7 +609,7 @@ def test_step_batch_equals_serial_steps_and_any_chunking(pool, items, cuts):
         assert info["n_steps"] == whole.infos[i]["n_steps"] == min(d, 7 - states[si].sim[0])
     # In chunks, in any order of chunks.
     bounds = sorted({0, len(items), *[c for c in cuts if c <= len(items)]})
-    chunks = [(lo, hi) for lo, hi in zip(bounds, bounds[1:])]
+    chunks = list(itertools.pairwise(bounds))
     for lo, hi in reversed(chunks):
         part = env.step_batch(actions[lo:hi], states=item_states[lo:hi], dt=dt[lo:hi])
         assert_batches_equal(part, take(whole, range(lo, hi)))

@@ -6,8 +6,9 @@ shown by ``plan-parallel plan``, not by timed tests.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from types import SimpleNamespace
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
 import pytest

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import pickle
 import threading
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import numpy as np
 import pytest

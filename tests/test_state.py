@@ -604,7 +604,7 @@ def test_register_adapter_with_accepts_chain(make_inline):
 
 
 def test_register_adapter_rejects_non_adapters():
-    with pytest.raises(TypeError, match="subclass of plan_parallel.state.Adapter"):
+    with pytest.raises(TypeError, match=r"subclass of plan_parallel\.state\.Adapter"):
         register_adapter(object, CounterEnv)  # type: ignore[arg-type]
 
 

@@ -495,7 +495,7 @@ def test_bad_input_is_refused_before_anything_is_sent() -> None:
             vec.step(np.array([0.0, 1.0, 0.0]))
         with pytest.raises(ValueError, match="must have shape"):
             vec.reset(options={"reset_mask": np.ones(2, dtype=bool)})
-        with pytest.raises(TypeError, match="dtype=np.bool_"):
+        with pytest.raises(TypeError, match=r"dtype=np\.bool_"):
             vec.reset(options={"reset_mask": np.ones(3, dtype=int)})
         with pytest.raises(TypeError, match="numpy array"):
             vec.reset(options={"reset_mask": [True, True, True]})

@@ -13,18 +13,28 @@ import logging
 import multiprocessing as mp
 import os
 import time
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import cloudpickle
 import numpy as np
 
 from plan_parallel.batch.future import BatchFuture
-from plan_parallel.batch.pool import WorkerPool, dumps
+from plan_parallel.batch.parts import dumps
+from plan_parallel.batch.pool import WorkerPool
 from plan_parallel.batch.tuner import Tuner
 from plan_parallel.env import PlanEnv
 from plan_parallel.errors import ClosedError, StateError
-from plan_parallel.inputs import check_action, check_actions, check_dt, check_kind, check_rollout, check_seed, \
-    check_seeds, check_states
+from plan_parallel.inputs import (
+    check_action,
+    check_actions,
+    check_dt,
+    check_kind,
+    check_rollout,
+    check_seed,
+    check_seeds,
+    check_states,
+)
 from plan_parallel.loops import UniformPolicy
 from plan_parallel.results import RolloutBatch, StepBatch, stack_observations
 from plan_parallel.state import State
@@ -145,7 +155,7 @@ class BatchEnv:
         self.kind: str = info.kind
         self.reseedable: bool = info.reseedable
         self._spec = info.spec
-        self._pool.observation_space = info.observation_space
+        self._pool.feeder.observation_space = info.observation_space
 
     # ------------------------------------------------------------------ properties
     @property
@@ -376,7 +386,7 @@ class BatchEnv:
         fut.size_class = size_class
         fut.started = time.perf_counter()
         fut.on_done = self._account
-        self._pool.submit(fut, self._tuner.n_chunks(job.n, steps), self._state)
+        self._pool.submit(fut, self._tuner.n_chunks(job.n, steps))
         return fut
 
     @staticmethod
@@ -411,7 +421,7 @@ class BatchEnv:
         if self._local is not None:
             self._local.close()
 
-    def __enter__(self) -> "BatchEnv":
+    def __enter__(self) -> BatchEnv:
         return self
 
     def __exit__(self, *exc: Any) -> None:
@@ -422,7 +432,7 @@ class BatchEnv:
         if pool is not None and not pool.closed:
             try:
                 self.close()
-            except Exception:  # noqa: BLE001 - interpreter shutdown: workers exit on their own
+            except Exception:
                 log.debug("plan_parallel: close() in __del__ failed", exc_info=True)
 
     def __repr__(self) -> str:

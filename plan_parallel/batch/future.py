@@ -7,7 +7,8 @@ from typing import TYPE_CHECKING, Any
 from plan_parallel.wire.codec import Gather, Job
 
 if TYPE_CHECKING:
-    from plan_parallel.batch.pool import Part, WorkerPool
+    from plan_parallel.batch.parts import Part
+    from plan_parallel.batch.pool import WorkerPool
 
 __all__ = ["BatchFuture"]
 
@@ -36,7 +37,7 @@ class BatchFuture:
         self.on_done: Any = None  # called with the future once every part is answered
 
     @classmethod
-    def completed(cls, n: int, value: Any) -> "BatchFuture":
+    def completed(cls, n: int, value: Any) -> BatchFuture:
         """A future that is already done (a batch run in the calling process, or an empty one)."""
         fut = cls(None, n)
         fut.set_result(value)
@@ -51,6 +52,18 @@ class BatchFuture:
         if not self.settled:
             self.value = value
             self.finished = True
+
+    def complete(self) -> None:
+        """Every part answered: build the value (an error building it fails the batch)."""
+        try:
+            if self.gather is not None:
+                self.value = self.gather.result()
+            if self.on_done is not None:
+                self.on_done(self)
+        except Exception as e:
+            self.fail(e)
+            return
+        self.finished = True
 
     def fail(self, error: BaseException) -> None:
         """Fail the batch (the first error wins); its chunks not sent yet are dropped."""

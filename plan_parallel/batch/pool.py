@@ -24,76 +24,26 @@ Nothing is lost, nothing hangs, nothing is mixed up:
 from __future__ import annotations
 
 import contextlib
-import enum
 import logging
 import os
-import pickle
 import threading
 import time
-from collections import deque
-from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
+from plan_parallel.batch.feeder import Feeder
 from plan_parallel.batch.future import BatchFuture
-from plan_parallel.errors import ClosedError, StateError, WorkerCrashedError, WorkerTimeoutError
+from plan_parallel.batch.parts import START_TIMEOUT, Part, Slot, SlotState, dumps
+from plan_parallel.errors import ClosedError, WorkerCrashedError, WorkerTimeoutError
 from plan_parallel.state import State
-from plan_parallel.wire.codec import encode, out_bytes_guess, split_by_cost
-from plan_parallel.wire.messages import READY, Call, ChunkReply, Op, Reply, WorkerInfo, reraise
-from plan_parallel.wire.slabs import PROTOCOL, Slab, SlabPool, read_columns
+from plan_parallel.wire.messages import READY, Call, Op, Reply, WorkerInfo, reraise
+from plan_parallel.wire.slabs import SlabPool
 
-__all__ = ["Part", "Slot", "SlotState", "WorkerPool", "dumps"]
+__all__ = ["WorkerPool"]
 
 log = logging.getLogger("plan_parallel")
-START_TIMEOUT = 120.0  # seconds a worker may take to build its env
 CLOSE_LOCK_SECONDS = 5.0  # close() from another thread waits this long for the pool's lock
 QUEUED_PER_WORKER = 2  # chunks queued per worker: a worker never waits for the parent
-
-
-def dumps(obj: Any) -> bytes:
-    """Pickle a call; an unpicklable argument is the caller's error (StateError), raised before sending."""
-    try:
-        return pickle.dumps(obj, PROTOCOL)
-    except (pickle.PicklingError, TypeError, AttributeError) as e:
-        raise StateError(f"cannot send to a worker: the input does not pickle ({type(e).__name__}: {e})") from e
-
-
-class SlotState(enum.Enum):
-    STARTING = "starting"  # started; its READY reply has not arrived
-    READY = "ready"  # idle when its queue is empty, else busy with the queue's head
-    DEAD = "dead"  # gone (died, killed, timed out); refilled by the next call
-    CLOSED = "closed"
-
-
-@dataclass(eq=False)
-class Part:
-    """One message to one worker, kept until answered so that it can be sent again."""
-
-    call: Call
-    future: BatchFuture
-    lo: int = 0
-    hi: int = 0
-    slab: Slab | None = None
-    cost: int = 0  # env steps at most, for chunk sizing
-    needs: State | None = None  # the held state this part starts from (states=None)
-    holds: State | None = None  # the state a set_state part leaves the worker holding
-    shared: tuple = ()  # values sent once for many workers (Ray's object store)
-    data: bytes = b""
-    written: bool = False
-    sent_at: float = 0.0
-    answered: bool = False
-    env_seconds: float = 0.0
-
-    def describe(self) -> str:
-        return f"{self.call.op.value} ({self.hi - self.lo} items)" if self.hi else self.call.op.value
-
-
-@dataclass(eq=False)
-class Slot:
-    worker: Any = None
-    state: SlotState = SlotState.DEAD
-    queue: deque = field(default_factory=deque)  # parts sent (or about to be), unanswered, in order
-    held: State | None = None  # the state this worker holds, as far as what was sent says
-    started_at: float = 0.0
 
 
 class WorkerPool:
@@ -121,13 +71,9 @@ class WorkerPool:
         self._suspect = False  # an exception left the pool mid-operation: recover before going on
         self._broken: str | None = None
         self._requeue: list[tuple[int, Part]] = []
-        self._futures: deque[BatchFuture] = deque()  # batches with chunks not sent yet
         self._ids = READY
-        self.slabs = SlabPool()
+        self.feeder = Feeder(SlabPool())
         self.info: WorkerInfo | None = None
-        self.observation_space: Any = None
-        self._out_per_item: dict[Op, int] = {}
-        self.step_seconds: float | None = None
         self.stats: dict[str, Any] = {
             "restarts": 0, "timeouts": 0, "busy_seconds": [0.0] * n, "env_seconds": 0.0,
             "stray_replies": 0, "interrupted": 0,
@@ -169,7 +115,7 @@ class WorkerPool:
         if self.info is None:
             self.info = reply.value
         slot.state = SlotState.READY
-        self._write(i)
+        slot.write()
 
     # ------------------------------------------------------------------ guard and recovery
     @contextlib.contextmanager
@@ -194,11 +140,8 @@ class WorkerPool:
         next operation recovers again.
         """
         for i, slot in enumerate(self.slots):
-            if slot.state is SlotState.STARTING or (slot.state is SlotState.READY and slot.queue):
-                slot.worker.kill()
-                self._requeue.extend((i, p) for p in slot.queue)
-                slot.queue.clear()
-                slot.state = SlotState.DEAD
+            if slot.active:
+                self._requeue.extend((i, p) for p in slot.empty(kill=True))
                 self.stats["interrupted"] += 1
         self._suspect = False
 
@@ -209,13 +152,11 @@ class WorkerPool:
             fut.pending.clear()
             for i, slot in enumerate(self.slots):
                 if any(p.future is fut for p in slot.queue):
-                    slot.worker.kill()
-                    self._requeue.extend((i, p) for p in slot.queue if p.future is not fut)
-                    for p in slot.queue:
+                    for p in slot.empty(kill=True):
                         if p.future is fut:
-                            self._drop_slab(p)
-                    slot.queue.clear()
-                    slot.state = SlotState.DEAD
+                            self.feeder.drop_slab(p)
+                        else:
+                            self._requeue.append((i, p))
                     self.stats["interrupted"] += 1
 
     # ------------------------------------------------------------------ sending
@@ -225,47 +166,10 @@ class WorkerPool:
 
     def _queue(self, i: int, part: Part) -> None:
         """Queue ``part`` on worker ``i`` and write what can be written."""
-        if part.data == b"":
-            part.data = dumps(part.call)
-        part.written = False
-        part.answered = False
-        slot = self.slots[i]
-        if part.holds is not None:
-            slot.held = part.holds  # optimistic; undone if the worker rejects it
-        elif part.call.op is Op.RESET:
-            slot.held = None
-        slot.queue.append(part)
+        self.slots[i].push(part)
         if part not in part.future.parts:
             part.future.parts.append(part)
-        self._write(i)
-
-    def _write(self, i: int) -> None:
-        """Write worker ``i``'s queued parts, in order, as far as that cannot block.
-
-        The worker reads a whole call before running it and the parent reads
-        replies only between writes, so a call goes to a busy (or starting)
-        worker only while what waits unread stays within the worker's
-        ``max_queued_bytes``; a larger one waits until the worker is idle.
-        """
-        slot = self.slots[i]
-        if slot.state not in (SlotState.READY, SlotState.STARTING):
-            return
-        limit = slot.worker.max_queued_bytes
-        queued = 0
-        for k, part in enumerate(slot.queue):
-            idle = k == 0 and slot.state is SlotState.READY
-            if part.written:
-                queued += 0 if idle else len(part.data)
-                continue
-            if not idle and limit is not None and queued + len(part.data) > limit:
-                return
-            part.sent_at = time.monotonic()
-            part.written = True
-            try:
-                slot.worker.send(part.data, part.shared)
-            except OSError:
-                return  # gone: the next wait sees its sentinel and sends these parts again
-            queued += 0 if idle else len(part.data)
+        self.slots[i].write()
 
     def call(self, i: int, op: Op, args: tuple, holds: State | None = None) -> Any:
         """One synchronous call on worker ``i`` (replayed on a replacement like any part)."""
@@ -286,46 +190,30 @@ class WorkerPool:
         self.wait_for(fut, None)
         fut.result()
 
-    def submit(self, fut: BatchFuture, n_chunks: int, current: State | None) -> None:
+    def submit(self, fut: BatchFuture, n_chunks: int) -> None:
         """Send a batch's chunks: two queued per worker, the rest as workers finish."""
-        job = fut.job
-        assert job is not None
         with self._guarded(fut):
             self._check_usable()
-            fut.pending.extend(split_by_cost(job.dt, job.n, n_chunks))
-            if not fut.pending:  # an empty batch: nothing to send
-                self._complete(fut)
+            if not self.feeder.add(fut, n_chunks):  # an empty batch: nothing to send
+                fut.complete()
                 return
-            self._futures.append(fut)
             for _ in range(QUEUED_PER_WORKER):
                 for i in range(len(self.slots)):
                     if fut.pending and len(self.slots[i].queue) < QUEUED_PER_WORKER:
-                        self._feed_one(fut, i, current)
+                        self._feed_one(fut, i)
 
-    def _feed_one(self, fut: BatchFuture, i: int, current: State | None = None) -> None:
-        job = fut.job
-        assert job is not None
-        lo, hi = fut.pending[0]
-        if job.start is not None:
-            self._ensure_holds(i, job.start, fut)
-        per_out = self._out_per_item.get(job.op)
-        if per_out is None:
-            first = job.states[lo] if job.states is not None else job.start
-            per_out = out_bytes_guess(self.observation_space, first, job)
-        acquire = self.slabs.acquire if self.slots[i].worker.uses_shared_memory else None
-        req, slab = encode(job, lo, hi, per_out, acquire)
-        part = Part(Call(self._next_id(), job.op, (req,)), fut, lo, hi, slab, cost=job.cost(lo, hi), needs=job.start)
-        self._queue(i, part)
+    def _feed_one(self, fut: BatchFuture, i: int) -> None:
+        assert fut.job is not None
+        if fut.job.start is not None:
+            self._ensure_holds(i, fut.job.start, fut)
+        self._queue(i, self.feeder.chunk(fut, self._next_id(), self.slots[i].worker.uses_shared_memory))
         fut.pending.popleft()  # after queueing: an interruption in between sends a chunk twice, never none
 
     def _feed(self, i: int) -> None:
         """Give worker ``i`` the next unsent chunk of the oldest batch that has one."""
-        while self._futures and not self._futures[0].pending:
-            self._futures.popleft()
-        for fut in self._futures:
-            if fut.pending and not fut.settled:
-                self._feed_one(fut, i)
-                return
+        fut = self.feeder.next_batch()
+        if fut is not None:
+            self._feed_one(fut, i)
 
     def _ensure_holds(self, i: int, state: State, fut: BatchFuture) -> None:
         """Queue a set_state on worker ``i`` unless what was sent to it leaves it at ``state``."""
@@ -368,21 +256,14 @@ class WorkerPool:
             self._fail_all(ClosedError("the env was closed while this batch was in flight"))
             return
         self._revive()
-        active = [i for i, s in enumerate(self.slots)
-                  if s.state is SlotState.STARTING or (s.state is SlotState.READY and s.queue)]
+        active = [i for i, s in enumerate(self.slots) if s.active]
         if not active:
             return
         now = time.monotonic()
         wait = timeout
-        for i in active:
-            slot = self.slots[i]
-            if slot.state is SlotState.STARTING:
-                due = slot.started_at + START_TIMEOUT
-            elif self.timeout is not None and slot.queue[0].written:
-                due = slot.queue[0].sent_at + self.timeout
-            else:
-                continue
-            wait = max(0.0, due - now) if wait is None else max(0.0, min(wait, due - now))
+        for due in (self.slots[i].due(self.timeout) for i in active):
+            if due is not None:
+                wait = max(0.0, due - now) if wait is None else max(0.0, min(wait, due - now))
         ready = self._type.wait_any([self.slots[i].worker for i in active], wait, self._wake_r)
         if self._closing:
             self._fail_all(ClosedError("the env was closed while this batch was in flight"))
@@ -403,10 +284,7 @@ class WorkerPool:
                 continue
             self.stats["busy_seconds"][i] += reply.env_seconds
             self._deliver(i, part, reply)
-            slot.queue.remove(part)
-            if slot.queue:
-                slot.queue[0].sent_at = max(slot.queue[0].sent_at, time.monotonic())  # it starts now
-            self._write(i)
+            slot.answered(part)
             if len(slot.queue) < QUEUED_PER_WORKER and self._broken is None:
                 self._feed(i)
         how = slot.worker.dead()
@@ -421,60 +299,31 @@ class WorkerPool:
             w = self.slots[i].worker
             fut.fail(reraise(reply.error, f"raised in {w.name} during {part.call.op.value}", part.lo))
         if fut.settled:
-            self._drop_slab(part)
+            self.feeder.drop_slab(part)
             part.answered = True
             return
         if part.call.op in (Op.STEP_BATCH, Op.ROLLOUT_BATCH):
-            self._absorb(part, reply.value)
+            self.feeder.absorb(part, reply.value)
         elif part.call.op is Op.RESET:
             fut.value = reply.value
         part.env_seconds = reply.env_seconds
         part.answered = True
         if not fut.pending and all(p.answered for p in fut.parts):
-            self._complete(fut)
-
-    @staticmethod
-    def _complete(fut: BatchFuture) -> None:
-        """Every part answered: build the batch's value (an error building it fails the batch)."""
-        try:
-            if fut.gather is not None:
-                fut.value = fut.gather.result()
-            if fut.on_done is not None:
-                fut.on_done(fut)
-        except Exception as e:  # noqa: BLE001 - kept for result() to raise
-            fut.fail(e)
-            return
-        fut.finished = True
-
-    def _absorb(self, part: Part, reply: ChunkReply) -> None:
-        """Copy a chunk's results out of its slab into its batch's gatherer; the slab is free after."""
-        m = part.hi - part.lo
-        op = part.call.op
-        self._out_per_item[op] = max(self._out_per_item.get(op, 0), -(-reply.needed // m) + 64)
-        try:
-            cols = read_columns(part.slab, reply.layout, views=("obs", "all_obs"))
-            part.future.gather.absorb(part.lo, part.hi, reply, cols)  # type: ignore[union-attr]
-        finally:
-            if part.slab is not None:
-                self.slabs.release(part.slab)
-                part.slab = None
-
-    def _drop_slab(self, part: Part) -> None:
-        if part.slab is not None:
-            self.slabs.discard(part.slab)  # a killed worker may have been writing it
-            part.slab = None
+            fut.complete()
 
     # ------------------------------------------------------------------ faults
     def _check_deadlines(self, active: list[int]) -> None:
         now = time.monotonic()
         for i in active:
             slot = self.slots[i]
-            if slot.state is SlotState.STARTING and now - slot.started_at > START_TIMEOUT:
+            due = slot.due(self.timeout)
+            if due is None or now <= due:
+                continue
+            if slot.state is SlotState.STARTING:
                 slot.worker.kill()
                 self._break(f"{slot.worker.name} did not build its env within {START_TIMEOUT:.0f} s",
                             timeout=True)
-            elif (slot.state is SlotState.READY and slot.queue and self.timeout is not None
-                  and slot.queue[0].written and now - slot.queue[0].sent_at > self.timeout):
+            else:
                 head = slot.queue[0]
                 slot.worker.kill()
                 self.stats["timeouts"] += 1
@@ -486,13 +335,10 @@ class WorkerPool:
     def _on_death(self, i: int, why: str) -> None:
         """Worker ``i`` is gone: queue its parts again and replace it (bounded by max_restarts)."""
         slot = self.slots[i]
-        pending = list(slot.queue)
-        doing = ", ".join(p.describe() for p in pending)
+        doing = ", ".join(p.describe() for p in slot.queue)
         what = f" during {doing}" if doing else " while idle" if slot.state is SlotState.READY else \
             " while building its env"
-        self._requeue.extend((i, p) for p in pending)
-        slot.queue.clear()
-        slot.state = SlotState.DEAD
+        self._requeue.extend((i, p) for p in slot.empty(kill=False))
         used = self.stats["restarts"]
         msg = f"{slot.worker.name} {why}{what}"
         if self.info is None:
@@ -513,7 +359,7 @@ class WorkerPool:
         while self._requeue:
             i, part = self._requeue[0]
             if part.future.settled or part in self.slots[i].queue:
-                self._drop_slab(part)
+                self.feeder.drop_slab(part)
             else:
                 if part.needs is not None:
                     self._ensure_holds(i, part.needs, part.future)
@@ -530,16 +376,14 @@ class WorkerPool:
         raise err
 
     def _fail_all(self, err: BaseException) -> None:
-        for i, p in self._requeue:
+        for _, p in self._requeue:
             p.future.fail(err)
-            self._drop_slab(p)
+            self.feeder.drop_slab(p)
         self._requeue.clear()
         for slot in self.slots:
             for p in slot.queue:
                 p.future.fail(err)
-        for fut in self._futures:
-            fut.fail(err)
-        self._futures.clear()
+        self.feeder.fail_all(err)
 
     def _check_usable(self) -> None:
         if self._closing or self.closed:
@@ -567,7 +411,7 @@ class WorkerPool:
                     slot.worker.close(max(0.0, deadline - time.monotonic()))
                 slot.state = SlotState.CLOSED
                 slot.queue.clear()
-            self.slabs.close()
+            self.feeder.slabs.close()
             if not self.closed:
                 self.closed = True
                 os.close(self._wake_r)

@@ -5,7 +5,7 @@ runs, waits or times anything itself, so it is tested without processes.
 """
 from __future__ import annotations
 
-__all__ = ["Tuner", "EXPLORE_EVERY", "CHUNK_SECONDS"]
+__all__ = ["CHUNK_SECONDS", "EXPLORE_EVERY", "Tuner"]
 
 EXPLORE_EVERY = 32  # batches of a size class run the faster way in a row before one re-measures the other
 CHUNK_SECONDS = 1e-3  # below this, a chunk's fixed cost is a large share of its time

@@ -20,4 +20,4 @@ from plan_parallel.planners.episode import Episode, run_episode
 from plan_parallel.planners.mcts import MCTS
 from plan_parallel.planners.shooting import RandomShooting
 
-__all__ = ["Planner", "MCTS", "RandomShooting", "BeamSearch", "Episode", "run_episode", "Meter", "Rollouts", "rollout"]
+__all__ = ["MCTS", "BeamSearch", "Episode", "Meter", "Planner", "RandomShooting", "Rollouts", "rollout", "run_episode"]

@@ -11,20 +11,21 @@ from __future__ import annotations
 import math
 import numbers
 import time
-from typing import Any, NamedTuple, Protocol, Sequence, runtime_checkable
+from collections.abc import Sequence
+from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 import numpy as np
 
 from plan_parallel.state import State
 
 __all__ = [
+    "Meter",
     "Planner",
     "Rollouts",
-    "Meter",
-    "rollout",
-    "check_int",
     "check_float",
+    "check_int",
     "discounted_returns",
+    "rollout",
 ]
 
 
@@ -39,7 +40,7 @@ class Planner(Protocol):
     """
 
     dt: int
-    meter: "Meter"
+    meter: Meter
     last_stats: dict[str, Any]
 
     def reset(self, seed: int | None = None) -> None:

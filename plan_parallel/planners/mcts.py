@@ -26,7 +26,7 @@ __all__ = ["MCTS"]
 class _Node:
     """A tree node: the state after its incoming edge, that edge's reward, and visit statistics."""
 
-    __slots__ = ("state", "reward", "done", "n", "w", "vl", "children", "untried")
+    __slots__ = ("children", "done", "n", "reward", "state", "untried", "vl", "w")
 
     def __init__(self, state: State, reward: float, done: bool, untried: list[int]) -> None:
         self.state = state

@@ -108,7 +108,7 @@ class RandomShooting:
         warm = self.warm_start and self._plan is not None and self._plan.shape[1:] == sampler.shape
         dist = sampler.shift(self._dist) if warm and self._dist is not None else sampler.initial()
         per_round = self.budget // self.iterations
-        n_elite = max(1, int(round(self.elite_frac * per_round)))
+        n_elite = max(1, round(self.elite_frac * per_round))
         best_seq, best_ret, all_seqs, all_returns = None, -math.inf, [], []
         for it in range(self.iterations):
             n = per_round if it < self.iterations - 1 else self.budget - per_round * it

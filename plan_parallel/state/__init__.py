@@ -24,26 +24,26 @@ from plan_parallel.state.families import (
 from plan_parallel.state.wrappers import STATELESS_WRAPPERS, register_wrapper
 
 __all__ = [
-    "State",
+    "STATELESS_WRAPPERS",
+    "ActionLog",
+    "ActionReplayAdapter",
     "Adapter",
-    "get_state",
-    "set_state",
+    "AleAdapter",
+    "ClassicControlAdapter",
+    "GenericPickleAdapter",
+    "MujocoAdapter",
+    "State",
+    "ToyTextAdapter",
+    "UserMethodsAdapter",
+    "adapter_class_for",
     "bind",
+    "get_state",
     "register_adapter",
     "register_wrapper",
-    "adapter_class_for",
-    "ClassicControlAdapter",
-    "ToyTextAdapter",
-    "AleAdapter",
-    "MujocoAdapter",
-    "UserMethodsAdapter",
-    "GenericPickleAdapter",
-    "ActionReplayAdapter",
-    "ActionLog",
-    "STATELESS_WRAPPERS",
+    "set_state",
 ]
 
-_BOUND: "weakref.WeakKeyDictionary[Any, Adapter]" = weakref.WeakKeyDictionary()
+_BOUND: weakref.WeakKeyDictionary[Any, Adapter] = weakref.WeakKeyDictionary()
 
 
 def _adapter(env: Any) -> Adapter:

@@ -26,10 +26,9 @@ import pickle
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
-
-import numpy as np
+from typing import Any
 
 from plan_parallel.errors import StateError
 from plan_parallel.state.core import Adapter, State, _values_equal, bind

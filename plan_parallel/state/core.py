@@ -11,21 +11,21 @@ restore that env's state. One adapter class exists per env family
 """
 from __future__ import annotations
 
-from typing import Any, Callable, ClassVar
-
 import pickle
+from collections.abc import Callable
+from typing import Any, ClassVar
 
 import numpy as np
 
 from plan_parallel.errors import StateError
 
 __all__ = [
-    "State",
     "Adapter",
-    "register_adapter",
+    "State",
     "adapter_class_for",
     "bind",
     "get_rng_state",
+    "register_adapter",
     "set_rng_state",
 ]
 
@@ -52,7 +52,7 @@ def _values_equal(a: Any, b: Any) -> bool:
         return a.hex() == b.hex() if a == a or b == b else True  # NaN equals NaN here
     try:
         return bool(a == b)
-    except Exception as exc:  # noqa: BLE001 - a comparison we cannot make is "not equal"
+    except Exception as exc:
         raise StateError(f"cannot compare state values of type {type(a).__name__}: {exc}") from exc
 
 
@@ -109,7 +109,7 @@ class State:
     nothing in the library mutates a state after creating it.
     """
 
-    __slots__ = ("kind", "sim", "extra", "rng", "wrappers", "obs")
+    __slots__ = ("extra", "kind", "obs", "rng", "sim", "wrappers")
 
     def __init__(
         self,
@@ -149,7 +149,7 @@ class State:
 
     __hash__ = None  # type: ignore[assignment]  # states hold arrays: not hashable
 
-    def diff(self, other: "State") -> list[str]:
+    def diff(self, other: State) -> list[str]:
         """Names of the fields that differ from ``other`` (empty when equal)."""
         out = []
         for name in self.__slots__:

@@ -18,21 +18,22 @@ import functools
 import pickle
 import secrets
 import sys
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
 from plan_parallel.state.core import Adapter, Pickled, State, register_adapter
 
 __all__ = [
-    "ClassicControlAdapter",
-    "ToyTextAdapter",
-    "AleAdapter",
-    "MujocoAdapter",
-    "UserMethodsAdapter",
-    "GenericPickleAdapter",
-    "ActionReplayAdapter",
     "ActionLog",
+    "ActionReplayAdapter",
+    "AleAdapter",
+    "ClassicControlAdapter",
+    "GenericPickleAdapter",
+    "MujocoAdapter",
+    "ToyTextAdapter",
+    "UserMethodsAdapter",
     "explain_unsupported",
 ]
 
@@ -335,9 +336,9 @@ class ActionLog:
     flat list, so deep histories do not hit the recursion limit.
     """
 
-    __slots__ = ("parent", "action", "length")
+    __slots__ = ("action", "length", "parent")
 
-    def __init__(self, parent: "ActionLog | None", action: Any) -> None:
+    def __init__(self, parent: ActionLog | None, action: Any) -> None:
         self.parent = parent
         self.action = action
         self.length = 1 if parent is None else parent.length + 1
@@ -352,7 +353,7 @@ class ActionLog:
         return out
 
     @staticmethod
-    def from_list(actions: list) -> "ActionLog | None":
+    def from_list(actions: list) -> ActionLog | None:
         node = None
         for a in actions:
             node = ActionLog(node, a)

@@ -15,14 +15,15 @@ from __future__ import annotations
 
 import copy
 from collections import deque
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
 
 from plan_parallel.errors import StateError
 
-__all__ = ["WrapperStack", "register_wrapper", "STATELESS_WRAPPERS"]
+__all__ = ["STATELESS_WRAPPERS", "WrapperStack", "register_wrapper"]
 
 Getter = Callable[[Any], Any]
 Setter = Callable[[Any, Any], None]
@@ -62,7 +63,7 @@ _NON_DRAWING_WRAPPERS = frozenset(
 ) | STATELESS_WRAPPERS
 
 
-def register_wrapper(name_or_class: str | type, get: Getter, set: Setter) -> None:  # noqa: A002
+def register_wrapper(name_or_class: str | type, get: Getter, set: Setter) -> None:
     """Teach the wrapper walk how to capture a wrapper class's state.
 
     Args:
@@ -163,7 +164,7 @@ def _generic_codec(w: Any) -> tuple[Getter, Setter]:
     keys = _generic_keys(w)
     try:
         copy.deepcopy({k: w.__dict__[k] for k in keys})
-    except Exception as exc:  # noqa: BLE001 - any copy failure means we cannot capture it
+    except Exception as exc:
         raise StateError(
             f"wrapper {type(w).__name__} holds state that cannot be copied ({type(exc).__name__}: {exc}); "
             "give it get_wrapper_state()/set_wrapper_state() or register it with "
@@ -219,7 +220,7 @@ class WrapperStack:
         self._compile(bound)
 
     @classmethod
-    def empty(cls) -> "WrapperStack":
+    def empty(cls) -> WrapperStack:
         return cls(None)
 
     def _compile(self, bound: list[tuple[Any, Getter, Setter]]) -> None:

@@ -11,8 +11,9 @@ to a worker, so all of it can be tested in one process.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable, Protocol
+from typing import Any, Protocol
 
 import numpy as np
 from gymnasium import spaces
@@ -97,7 +98,7 @@ class Job:
         per = dt * (hi - lo) if isinstance(dt, int) else int(np.sum(dt[lo:hi]))
         return per * self.steps_per_item
 
-    def gatherer(self, observation_space: spaces.Space) -> "Gather":
+    def gatherer(self, observation_space: spaces.Space) -> Gather:
         """A fresh gatherer for this job's chunk replies."""
         if self.rollout is None:
             return StepGather(self.n, observation_space)
@@ -279,12 +280,13 @@ class RolloutGather:
             whole = RolloutParts([], [], empty, [], [], [], [], [] if self.spec.return_all else None,
                                  [] if self.spec.return_all else None)
         else:
+            def joined(field: str) -> list:
+                return [x for p in ordered for x in getattr(p, field)]
+
             whole = RolloutParts(
-                *(sum((list(getattr(p, f)) for p in ordered), []) for f in ("states", "observations")),
-                np.concatenate([p.rewards for p in ordered]),
-                *(sum((list(getattr(p, f)) for p in ordered), [])
-                  for f in ("terminations", "truncations", "n_steps", "infos")),
-                sum((p.all_states for p in ordered), []) if self.spec.return_all else None,  # type: ignore[arg-type]
-                sum((p.all_observations for p in ordered), []) if self.spec.return_all else None,  # type: ignore[arg-type]
+                joined("states"), joined("observations"), np.concatenate([p.rewards for p in ordered]),
+                joined("terminations"), joined("truncations"), joined("n_steps"), joined("infos"),
+                joined("all_states") if self.spec.return_all else None,
+                joined("all_observations") if self.spec.return_all else None,
             )
         return to_rollout_batch(self.space, whole)

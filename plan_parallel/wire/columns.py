@@ -6,14 +6,15 @@ copying them per item.
 """
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
 from plan_parallel.state import State
 from plan_parallel.wire.slabs import ArrayWriter
 
-__all__ = ["pack_states", "unpack_states", "pack_infos", "unpack_infos"]
+__all__ = ["pack_infos", "pack_states", "unpack_infos", "unpack_states"]
 
 
 def pack_states(states: Sequence[State], w: ArrayWriter, prefix: str, with_obs: bool) -> dict[str, Any]:

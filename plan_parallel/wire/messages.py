@@ -133,7 +133,7 @@ def remote_error(exc: BaseException, item: int | None = None) -> bytes:
     try:
         pickle.loads(pickle.dumps(exc))
         payload: Any = exc
-    except Exception:  # noqa: BLE001 - any failure to round-trip means "send a stand-in"
+    except Exception:
         payload = RemoteError(f"{type(exc).__module__}.{type(exc).__qualname__}: {exc}")
     return pickle.dumps((payload, tb, item))
 

@@ -18,11 +18,11 @@ import mmap
 import os
 import pickle
 import secrets
+from collections.abc import Sequence
 from multiprocessing import shared_memory
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
-
 
 __all__ = ["ALIGN", "PROTOCOL", "ArrayWriter", "Slab", "SlabPool", "read_columns"]
 
@@ -53,7 +53,7 @@ class Slab:
             self.buf = memoryview(self._mmap)
 
     @classmethod
-    def create(cls, size: int) -> "Slab":
+    def create(cls, size: int) -> Slab:
         return cls(f"pp_{os.getpid()}_{secrets.token_hex(4)}", max(size, ALIGN), create=True)
 
     def array(self, offset: int, dtype: Any, shape: tuple[int, ...]) -> np.ndarray:

@@ -13,7 +13,8 @@ bytes may wait unread for it, and how to wait for several workers at once.
 """
 from __future__ import annotations
 
-from typing import Any, Protocol, Sequence
+from collections.abc import Sequence
+from typing import Any, Protocol
 
 from plan_parallel.wire.messages import Reply
 

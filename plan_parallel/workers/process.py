@@ -25,8 +25,8 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Iterator, Sequence
 from multiprocessing.connection import Connection
-from typing import Iterator, Sequence
 
 from plan_parallel.wire.messages import Call, Op, Reply
 from plan_parallel.wire.slabs import PROTOCOL
@@ -180,7 +180,7 @@ class ExternalProcess:
             self.process.close()
 
     @classmethod
-    def wait_any(cls, workers: Sequence["ExternalProcess"], timeout: float | None, wake: int | None) -> list[int]:
+    def wait_any(cls, workers: Sequence[ExternalProcess], timeout: float | None, wake: int | None) -> list[int]:
         """Poll, yielding the CPU, for a few hundred us; then block until a pipe or sentinel is ready.
 
         A blocked reader costs the writer a cross-core wake-up (25-50 us on a

@@ -19,8 +19,9 @@ import logging
 import pickle
 import re
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Sequence
+from typing import Any
 
 from plan_parallel.wire.messages import READY, Call, Reply, remote_error
 from plan_parallel.wire.slabs import PROTOCOL
@@ -72,7 +73,7 @@ def _pack(reply: Reply) -> tuple[bytes, list]:
     buffers: list = []
     try:
         meta = pickle.dumps(reply, 5, buffer_callback=buffers.append)
-    except Exception as e:  # noqa: BLE001 - an unpicklable result is reported, not fatal
+    except Exception as e:
         return pickle.dumps(Reply(reply.id, error=remote_error(e)), PROTOCOL), []
     return meta, [np.frombuffer(b.raw(), dtype=np.uint8) for b in buffers]
 
@@ -172,7 +173,7 @@ class RayWorker:
     def kill(self) -> None:
         try:
             import_ray().kill(self.handle, no_restart=True)
-        except Exception:  # noqa: BLE001 - already gone
+        except Exception:
             log.debug("plan_parallel: ray.kill failed", exc_info=True)
         self._dead = self._dead or "killed"
 
@@ -182,7 +183,7 @@ class RayWorker:
         self._refs.clear()
 
     @classmethod
-    def wait_any(cls, workers: Sequence["RayWorker"], timeout: float | None, wake: int | None) -> list[int]:
+    def wait_any(cls, workers: Sequence[RayWorker], timeout: float | None, wake: int | None) -> list[int]:
         """Wait until the head call of some worker is answered (or its actor died); their positions."""
         ray = import_ray()
         heads = {}

@@ -10,7 +10,8 @@ import os
 import shutil
 import socket
 import tempfile
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 __all__ = ["connect", "import_ray", "is_private"]
 

@@ -11,7 +11,8 @@ from __future__ import annotations
 import os
 import pickle
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -158,7 +159,7 @@ def ready_reply(blob: bytes) -> tuple[Server | None, Reply]:
     """Build the server; the reply to :data:`READY` (its :class:`WorkerInfo`, or the error building raised)."""
     try:
         server, info = build_server(blob)
-    except BaseException as e:  # noqa: BLE001 - reported to the parent with its own type
+    except BaseException as e:
         return None, Reply(READY, error=remote_error(e))
     return server, Reply(READY, info)
 
@@ -172,7 +173,7 @@ def answer(server: Server, call: Call) -> Reply:
             f"plan_parallel bug: a worker got op {call.op!r}; it answers {sorted(o.value for o in server.handlers)}")))
     try:
         value = fn(*call.args)
-    except BaseException as e:  # noqa: BLE001 - env errors travel back with their traceback
+    except BaseException as e:
         return Reply(call.id, error=remote_error(e, getattr(e, "_pp_item", None)),
                      env_seconds=time.perf_counter() - t0)
     return Reply(call.id, value, env_seconds=time.perf_counter() - t0)
@@ -183,5 +184,5 @@ def serve(server: Server, call: Call) -> bytes:
     reply = answer(server, call)
     try:
         return pickle.dumps(reply, PROTOCOL)
-    except Exception as e:  # noqa: BLE001 - an unpicklable result is reported, not fatal
+    except Exception as e:
         return pickle.dumps(Reply(call.id, error=remote_error(e)), PROTOCOL)

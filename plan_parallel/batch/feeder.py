@@ -1,0 +1,85 @@
+"""Feeder: which chunk of which batch a worker gets next, encoded; and a chunk's results taken back.
+
+It builds :class:`~plan_parallel.batch.parts.Part` messages and copies replies
+out of their slabs; it never sends or waits (the pool does), so the order in
+which batches are served is decided in one place: oldest batch first, chunks in
+input order.
+"""
+from __future__ import annotations
+
+from collections import deque
+from typing import Any
+
+from plan_parallel.batch.future import BatchFuture
+from plan_parallel.batch.parts import Part
+from plan_parallel.wire.codec import encode, out_bytes_guess, split_by_cost
+from plan_parallel.wire.messages import Call, ChunkReply, Op
+from plan_parallel.wire.slabs import SlabPool, read_columns
+
+__all__ = ["Feeder"]
+
+
+class Feeder:
+    """The batches with chunks not sent yet, and the slabs their chunks travel in.
+
+    Args:
+        slabs: where shared-memory slabs come from (and go back to).
+    """
+
+    def __init__(self, slabs: SlabPool) -> None:
+        self.slabs = slabs
+        self.observation_space: Any = None
+        self.waiting: deque[BatchFuture] = deque()  # batches with chunks not sent yet, oldest first
+        self._out_per_item: dict[Op, int] = {}  # result bytes per item seen so far, per op
+
+    def add(self, fut: BatchFuture, n_chunks: int) -> bool:
+        """Split ``fut``'s job into chunks to send; False when it has none (an empty batch)."""
+        job = fut.job
+        assert job is not None
+        fut.pending.extend(split_by_cost(job.dt, job.n, n_chunks))
+        if not fut.pending:
+            return False
+        self.waiting.append(fut)
+        return True
+
+    def next_batch(self) -> BatchFuture | None:
+        """The oldest batch that still has a chunk to send (settled ones are skipped)."""
+        while self.waiting and (not self.waiting[0].pending or self.waiting[0].settled):
+            self.waiting.popleft()
+        return self.waiting[0] if self.waiting else None
+
+    def chunk(self, fut: BatchFuture, call_id: int, shared_memory: bool) -> Part:
+        """``fut``'s next chunk as a part (still pending in ``fut`` until the pool has queued it)."""
+        job = fut.job
+        assert job is not None
+        lo, hi = fut.pending[0]
+        per_out = self._out_per_item.get(job.op)
+        if per_out is None:
+            first = job.states[lo] if job.states is not None else job.start
+            per_out = out_bytes_guess(self.observation_space, first, job)
+        req, slab = encode(job, lo, hi, per_out, self.slabs.acquire if shared_memory else None)
+        return Part(Call(call_id, job.op, (req,)), fut, lo, hi, slab, cost=job.cost(lo, hi), needs=job.start)
+
+    def absorb(self, part: Part, reply: ChunkReply) -> None:
+        """Copy a chunk's results out of its slab into its batch's gatherer; the slab is free after."""
+        m = part.hi - part.lo
+        op = part.call.op
+        self._out_per_item[op] = max(self._out_per_item.get(op, 0), -(-reply.needed // m) + 64)
+        try:
+            cols = read_columns(part.slab, reply.layout, views=("obs", "all_obs"))
+            part.future.gather.absorb(part.lo, part.hi, reply, cols)  # type: ignore[union-attr]
+        finally:
+            if part.slab is not None:
+                self.slabs.release(part.slab)
+                part.slab = None
+
+    def drop_slab(self, part: Part) -> None:
+        """Forget a part's slab without reusing it: a killed worker may have been writing it."""
+        if part.slab is not None:
+            self.slabs.discard(part.slab)
+            part.slab = None
+
+    def fail_all(self, err: BaseException) -> None:
+        for fut in self.waiting:
+            fut.fail(err)
+        self.waiting.clear()

@@ -1,0 +1,138 @@
+"""What the pool keeps per worker (:class:`Slot`) and per message (:class:`Part`)."""
+from __future__ import annotations
+
+import enum
+import pickle
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from plan_parallel.errors import StateError
+from plan_parallel.state import State
+from plan_parallel.wire.messages import Call, Op
+from plan_parallel.wire.slabs import PROTOCOL, Slab
+
+if TYPE_CHECKING:
+    from plan_parallel.batch.future import BatchFuture
+
+__all__ = ["START_TIMEOUT", "Part", "Slot", "SlotState", "dumps"]
+
+START_TIMEOUT = 120.0  # seconds a worker may take to build its env
+
+
+def dumps(obj: Any) -> bytes:
+    """Pickle a call; an unpicklable argument is the caller's error (StateError), raised before sending."""
+    try:
+        return pickle.dumps(obj, PROTOCOL)
+    except (pickle.PicklingError, TypeError, AttributeError) as e:
+        raise StateError(f"cannot send to a worker: the input does not pickle ({type(e).__name__}: {e})") from e
+
+
+class SlotState(enum.Enum):
+    STARTING = "starting"  # started; its READY reply has not arrived
+    READY = "ready"  # idle when its queue is empty, else busy with the queue's head
+    DEAD = "dead"  # gone (died, killed, timed out); refilled by the next call
+    CLOSED = "closed"
+
+
+@dataclass(eq=False)
+class Part:
+    """One message to one worker, kept until answered so that it can be sent again."""
+
+    call: Call
+    future: BatchFuture
+    lo: int = 0
+    hi: int = 0
+    slab: Slab | None = None
+    cost: int = 0  # env steps at most, for chunk sizing
+    needs: State | None = None  # the held state this part starts from (states=None)
+    holds: State | None = None  # the state a set_state part leaves the worker holding
+    shared: tuple = ()  # values sent once for many workers (Ray's object store)
+    data: bytes = b""
+    written: bool = False
+    sent_at: float = 0.0
+    answered: bool = False
+    env_seconds: float = 0.0
+
+    def describe(self) -> str:
+        return f"{self.call.op.value} ({self.hi - self.lo} items)" if self.hi else self.call.op.value
+
+
+@dataclass(eq=False)
+class Slot:
+    """One worker's place in the pool: the worker (replaced when it dies), its state and its queue."""
+
+    worker: Any = None
+    state: SlotState = SlotState.DEAD
+    queue: deque = field(default_factory=deque)  # parts sent (or about to be), unanswered, in order
+    held: State | None = None  # the state this worker holds, as far as what was sent says
+    started_at: float = 0.0
+
+    @property
+    def active(self) -> bool:
+        """Something is due from this worker: its READY reply, or an answer to its queue's head."""
+        return self.state is SlotState.STARTING or (self.state is SlotState.READY and bool(self.queue))
+
+    def due(self, timeout: float | None) -> float | None:
+        """When this worker is overdue (``time.monotonic()`` time), or None when it has no deadline."""
+        if self.state is SlotState.STARTING:
+            return self.started_at + START_TIMEOUT
+        if self.state is SlotState.READY and self.queue and timeout is not None and self.queue[0].written:
+            return self.queue[0].sent_at + timeout
+        return None
+
+    def push(self, part: Part) -> None:
+        """Queue ``part`` (pickled once) and note the state the worker will hold after it."""
+        if part.data == b"":
+            part.data = dumps(part.call)
+        part.written = False
+        part.answered = False
+        if part.holds is not None:
+            self.held = part.holds  # optimistic; undone if the worker rejects it
+        elif part.call.op is Op.RESET:
+            self.held = None
+        self.queue.append(part)
+
+    def write(self) -> None:
+        """Write the queued parts, in order, as far as that cannot block.
+
+        The worker reads a whole call before running it and the parent reads
+        replies only between writes, so a call goes to a busy (or starting)
+        worker only while what waits unread stays within the worker's
+        ``max_queued_bytes``; a larger one waits until the worker is idle.
+        """
+        if self.state not in (SlotState.READY, SlotState.STARTING):
+            return
+        limit = self.worker.max_queued_bytes
+        queued = 0
+        for k, part in enumerate(self.queue):
+            idle = k == 0 and self.state is SlotState.READY
+            if part.written:
+                queued += 0 if idle else len(part.data)
+                continue
+            if not idle and limit is not None and queued + len(part.data) > limit:
+                return
+            part.sent_at = time.monotonic()
+            part.written = True
+            try:
+                self.worker.send(part.data, part.shared)
+            except OSError:
+                return  # gone: the next wait sees its sentinel and sends these parts again
+            queued += 0 if idle else len(part.data)
+
+    def answered(self, part: Part) -> None:
+        """``part`` was answered: the next one starts now; write what can be written."""
+        self.queue.remove(part)
+        if self.queue:
+            self.queue[0].sent_at = max(self.queue[0].sent_at, time.monotonic())
+        self.write()
+
+    def empty(self, kill: bool) -> list[Part]:
+        """The worker is gone (killed first when ``kill``): its unanswered parts, taken off its queue."""
+        if kill:
+            self.worker.kill()
+        parts = list(self.queue)
+        self.queue.clear()
+        self.state = SlotState.DEAD
+        return parts
