@@ -12,6 +12,8 @@ from hypothesis import HealthCheck, settings
 
 import plan_parallel as pp
 
+pytest_plugins = ["tests.conftest_leaks"]  # the no_leaks fixtures, for the files that use them
+
 settings.register_profile(
     "plan_parallel",
     deadline=None,

@@ -1,6 +1,6 @@
 """Leak checks for the process-backend suites: no child process, no shared-memory slab left behind.
 
-Loaded with ``pytest_plugins = ["tests.conftest_leaks"]`` and used with
+Loaded by tests/conftest.py and used with
 ``pytestmark = pytest.mark.usefixtures("no_leaks_module", "no_leaks")``.
 
 * ``no_leaks`` (per test): every child process (recursively) that appeared

@@ -30,7 +30,6 @@ from tests.envs import CounterEnv, DictObsEnv, FaultyEnv
 from tests.envs_faults import SlowEnv
 from tests.helpers import assert_batches_equal, assert_tree_equal, sample_actions
 
-pytest_plugins = ["tests.conftest_leaks"]
 pytestmark = pytest.mark.usefixtures("no_leaks_module", "no_leaks")
 
 try:

@@ -34,7 +34,6 @@ from tests.deadline import call_with_deadline
 from tests.envs import FaultyEnv
 from tests.helpers import assert_batches_equal, assert_tree_equal
 
-pytest_plugins = ["tests.conftest_leaks"]
 pytestmark = pytest.mark.usefixtures("no_leaks_module", "no_leaks")
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -26,7 +26,6 @@ import plan_parallel as pp
 from tests.deadline import call_with_deadline
 from tests.envs_ray import BigStateEnv
 
-pytest_plugins = ["tests.conftest_leaks"]
 pytestmark = pytest.mark.usefixtures("no_leaks_module", "no_leaks")
 
 

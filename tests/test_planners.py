@@ -18,7 +18,6 @@ from plan_parallel.cli import main
 from plan_parallel.planners import MCTS, BeamSearch, Planner, RandomShooting, rollout, run_episode
 from plan_parallel.planners.presets import make_planner
 
-pytest_plugins = ["tests.conftest_leaks"]
 pytestmark = pytest.mark.usefixtures("no_leaks")
 
 SMALL = {

@@ -43,7 +43,6 @@ from tests.envs_faults import SlowEnv  # noqa: E402
 from tests.envs_ray import BigStateEnv, RayKillEnv  # noqa: E402
 from tests.helpers import assert_batches_equal  # noqa: E402
 
-pytest_plugins = ["tests.conftest_leaks"]
 pytestmark = [pytest.mark.ray, pytest.mark.usefixtures("no_leaks_module", "no_leaks")]
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -24,7 +24,6 @@ from plan_parallel.factory import EnvFactory
 from tests.envs import CounterEnv, DictObsEnv, FaultyEnv
 from tests.helpers import assert_tree_equal
 
-pytest_plugins = ["tests.conftest_leaks"]
 pytestmark = pytest.mark.usefixtures("no_leaks")
 
 MODES = list(AutoresetMode)

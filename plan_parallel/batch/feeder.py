@@ -61,17 +61,22 @@ class Feeder:
         return Part(Call(call_id, job.op, (req,)), fut, lo, hi, slab, cost=job.cost(lo, hi), needs=job.start)
 
     def absorb(self, part: Part, reply: ChunkReply) -> None:
-        """Copy a chunk's results out of its slab into its batch's gatherer; the slab is free after."""
+        """Copy a chunk's results out of its slab into its batch's gatherer.
+
+        The slab stays the part's until :meth:`release_slab`: interrupted before
+        the part is marked answered, the part is sent again, into the same slab.
+        """
         m = part.hi - part.lo
         op = part.call.op
         self._out_per_item[op] = max(self._out_per_item.get(op, 0), -(-reply.needed // m) + 64)
-        try:
-            cols = read_columns(part.slab, reply.layout, views=("obs", "all_obs"))
-            part.future.gather.absorb(part.lo, part.hi, reply, cols)  # type: ignore[union-attr]
-        finally:
-            if part.slab is not None:
-                self.slabs.release(part.slab)
-                part.slab = None
+        cols = read_columns(part.slab, reply.layout, views=("obs", "all_obs"))
+        part.future.gather.absorb(part.lo, part.hi, reply, cols)  # type: ignore[union-attr]
+
+    def release_slab(self, part: Part) -> None:
+        """An answered part's slab goes back to the pool for the next chunk."""
+        if part.slab is not None:
+            slab, part.slab = part.slab, None
+            self.slabs.release(slab)
 
     def drop_slab(self, part: Part) -> None:
         """Forget a part's slab without reusing it: a killed worker may have been writing it."""

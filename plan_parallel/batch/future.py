@@ -53,6 +53,10 @@ class BatchFuture:
             self.value = value
             self.finished = True
 
+    def all_answered(self) -> bool:
+        """Sent in full and every part answered, but not settled yet."""
+        return not self.settled and bool(self.parts) and not self.pending and all(p.answered for p in self.parts)
+
     def complete(self) -> None:
         """Every part answered: build the value (an error building it fails the batch)."""
         try:

@@ -128,11 +128,7 @@ class Slot:
             self.queue[0].sent_at = max(self.queue[0].sent_at, time.monotonic())
         self.write()
 
-    def empty(self, kill: bool) -> list[Part]:
-        """The worker is gone (killed first when ``kill``): its unanswered parts, taken off its queue."""
-        if kill:
-            self.worker.kill()
-        parts = list(self.queue)
+    def retire(self) -> None:
+        """The worker is gone: forget its queue (the caller has queued those parts elsewhere first)."""
         self.queue.clear()
         self.state = SlotState.DEAD
-        return parts

@@ -35,6 +35,7 @@ from plan_parallel.batch.feeder import Feeder
 from plan_parallel.batch.future import BatchFuture
 from plan_parallel.batch.parts import START_TIMEOUT, Part, Slot, SlotState, dumps
 from plan_parallel.errors import ClosedError, WorkerCrashedError, WorkerTimeoutError
+from plan_parallel.interrupts import ctrl_c_deferred
 from plan_parallel.state import State
 from plan_parallel.wire.messages import READY, Call, Op, Reply, WorkerInfo, reraise
 from plan_parallel.wire.slabs import SlabPool
@@ -98,10 +99,11 @@ class WorkerPool:
 
     def _start_slot(self, i: int) -> None:
         slot = self.slots[i]
-        slot.held = None
-        slot.worker = self._new_worker(i)
-        slot.started_at = time.monotonic()
-        slot.state = SlotState.STARTING
+        with ctrl_c_deferred():  # a worker half-started is neither in its slot nor stopped
+            slot.held = None
+            slot.worker = self._new_worker(i)
+            slot.started_at = time.monotonic()
+            slot.state = SlotState.STARTING
 
     def _on_ready(self, i: int, reply: Reply) -> None:
         slot = self.slots[i]
@@ -141,7 +143,7 @@ class WorkerPool:
         """
         for i, slot in enumerate(self.slots):
             if slot.active:
-                self._requeue.extend((i, p) for p in slot.empty(kill=True))
+                self._retire(i, kill=True)
                 self.stats["interrupted"] += 1
         self._suspect = False
 
@@ -152,12 +154,25 @@ class WorkerPool:
             fut.pending.clear()
             for i, slot in enumerate(self.slots):
                 if any(p.future is fut for p in slot.queue):
-                    for p in slot.empty(kill=True):
-                        if p.future is fut:
-                            self.feeder.drop_slab(p)
-                        else:
-                            self._requeue.append((i, p))
+                    dropped = [p for p in slot.queue if p.future is fut]
+                    self._retire(i, kill=True, keep=lambda p: p.future is not fut)
+                    for p in dropped:
+                        self.feeder.drop_slab(p)
                     self.stats["interrupted"] += 1
+
+    def _retire(self, i: int, kill: bool, keep: Callable[[Part], bool] = lambda p: True) -> None:
+        """Worker ``i`` is gone (killed first when ``kill``); its unanswered parts (those kept) go to the requeue.
+
+        In this order, each step whole, so that an interruption anywhere loses no
+        part: the list is built, then added in one step, then the queue cleared.
+        A part that ends up in the requeue twice is sent once (see :meth:`_revive`).
+        """
+        slot = self.slots[i]
+        if kill:
+            slot.worker.kill()
+        moved = [(i, p) for p in slot.queue if keep(p)]
+        self._requeue.extend(moved)
+        slot.retire()
 
     # ------------------------------------------------------------------ sending
     def _next_id(self) -> int:
@@ -197,10 +212,20 @@ class WorkerPool:
             if not self.feeder.add(fut, n_chunks):  # an empty batch: nothing to send
                 fut.complete()
                 return
-            for _ in range(QUEUED_PER_WORKER):
-                for i in range(len(self.slots)):
-                    if fut.pending and len(self.slots[i].queue) < QUEUED_PER_WORKER:
-                        self._feed_one(fut, i)
+            self._revive()
+            self._fill()
+
+    def _fill(self) -> None:
+        """Queue unsent chunks, oldest batch first, round-robin, up to QUEUED_PER_WORKER per live worker."""
+        if self._broken is not None:
+            return
+        for _ in range(QUEUED_PER_WORKER):
+            for i, slot in enumerate(self.slots):
+                if slot.state in (SlotState.READY, SlotState.STARTING) and len(slot.queue) < QUEUED_PER_WORKER:
+                    fut = self.feeder.next_batch()
+                    if fut is None:
+                        return
+                    self._feed_one(fut, i)
 
     def _feed_one(self, fut: BatchFuture, i: int) -> None:
         assert fut.job is not None
@@ -235,7 +260,9 @@ class WorkerPool:
             if not self.lock.acquire(timeout=-1 if left is None else left):
                 continue
             try:
-                if not fut.settled:
+                if fut.all_answered():  # an interruption came between its last answer and its completion
+                    fut.complete()
+                elif not fut.settled:
                     with self._guarded():
                         self._pump(left)
             finally:
@@ -255,7 +282,11 @@ class WorkerPool:
         if self._closing:
             self._fail_all(ClosedError("the env was closed while this batch was in flight"))
             return
+        if self._broken is not None:  # an interruption cut _break short: finish failing what waits
+            self._fail_all(WorkerCrashedError(self._broken))
+            return
         self._revive()
+        self._fill()  # after an interruption a batch may have chunks that no worker was given
         active = [i for i, s in enumerate(self.slots) if s.active]
         if not active:
             return
@@ -285,6 +316,7 @@ class WorkerPool:
             self.stats["busy_seconds"][i] += reply.env_seconds
             self._deliver(i, part, reply)
             slot.answered(part)
+            self.feeder.release_slab(part)  # last: interrupted before, the part is sent again into it
             if len(slot.queue) < QUEUED_PER_WORKER and self._broken is None:
                 self._feed(i)
         how = slot.worker.dead()
@@ -299,7 +331,6 @@ class WorkerPool:
             w = self.slots[i].worker
             fut.fail(reraise(reply.error, f"raised in {w.name} during {part.call.op.value}", part.lo))
         if fut.settled:
-            self.feeder.drop_slab(part)
             part.answered = True
             return
         if part.call.op in (Op.STEP_BATCH, Op.ROLLOUT_BATCH):
@@ -338,7 +369,7 @@ class WorkerPool:
         doing = ", ".join(p.describe() for p in slot.queue)
         what = f" during {doing}" if doing else " while idle" if slot.state is SlotState.READY else \
             " while building its env"
-        self._requeue.extend((i, p) for p in slot.empty(kill=False))
+        self._retire(i, kill=False)
         used = self.stats["restarts"]
         msg = f"{slot.worker.name} {why}{what}"
         if self.info is None:
@@ -358,7 +389,9 @@ class WorkerPool:
                 self._start_slot(i)
         while self._requeue:
             i, part = self._requeue[0]
-            if part.future.settled or part in self.slots[i].queue:
+            if part in self.slots[i].queue:
+                pass  # queued again before an interruption: its slab is in use
+            elif part.future.settled or part.answered:
                 self.feeder.drop_slab(part)
             else:
                 if part.needs is not None:

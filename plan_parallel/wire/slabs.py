@@ -14,6 +14,7 @@ registering them anywhere.
 """
 from __future__ import annotations
 
+import contextlib
 import mmap
 import os
 import pickle
@@ -23,6 +24,8 @@ from multiprocessing import shared_memory
 from typing import Any
 
 import numpy as np
+
+from plan_parallel.interrupts import ctrl_c_deferred
 
 __all__ = ["ALIGN", "PROTOCOL", "ArrayWriter", "Slab", "SlabPool", "read_columns"]
 
@@ -60,15 +63,15 @@ class Slab:
         return np.ndarray(shape, dtype=dtype, buffer=self.buf, offset=offset)
 
     def close(self) -> None:
-        """Unmap (and, for the creator, unlink) the segment. Idempotent."""
+        """Unmap (and, for the creator, unlink) the segment. Idempotent, and whole: Ctrl-C waits for it."""
         if self._shm is not None:
-            self.buf = None  # type: ignore[assignment]
-            self._shm.close()
-            try:
-                self._shm.unlink()
-            except FileNotFoundError:
-                pass
-            self._shm = None
+            with ctrl_c_deferred():
+                self.buf = None  # type: ignore[assignment]
+                with contextlib.suppress(OSError):  # a close cut short before (its fd already closed)
+                    self._shm.close()
+                with contextlib.suppress(FileNotFoundError):
+                    self._shm.unlink()
+                self._shm = None
         elif self._mmap is not None:
             self.buf.release()
             self._mmap.close()
@@ -87,8 +90,9 @@ class SlabPool:
             if slab.size >= size:
                 return self._free.pop(i)
         cap = 1 << max(16, (size - 1).bit_length())
-        slab = Slab.create(cap)
-        self._all.append(slab)
+        with ctrl_c_deferred():  # a segment created is a segment tracked, or it outlives the env
+            slab = Slab.create(cap)
+            self._all.append(slab)
         return slab
 
     def release(self, slab: Slab) -> None:
@@ -96,9 +100,9 @@ class SlabPool:
 
     def discard(self, slab: Slab) -> None:
         """Drop a slab that a dead or killed worker may have been writing."""
+        slab.close()  # first: interrupted, the slab is still tracked and closed again by close()
         if slab in self._all:
             self._all.remove(slab)
-        slab.close()
 
     def close(self) -> None:
         for slab in self._all:

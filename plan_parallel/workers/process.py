@@ -39,6 +39,9 @@ __all__ = ["PIPE_SAFE_BYTES", "ExternalProcess", "default_context", "describe_ex
 PIPE_SAFE_BYTES = 32 * 1024
 SPIN_SECONDS = 300e-6  # the parent, waiting for replies, polls this long before it blocks
 WORKER_SPIN_SECONDS = 2e-3  # a worker, waiting for its next call
+# The parent blocks at most this long at a time: a Ctrl-C the kernel hands to another
+# thread interrupts no system call here, and Python acts on it only between slices.
+BLOCK_SLICE_SECONDS = 0.1
 PR_SET_PDEATHSIG = 1
 _yield = getattr(os, "sched_yield", lambda: time.sleep(0))
 
@@ -125,6 +128,7 @@ class ExternalProcess:
         self._poller = select.poll()
         self._poller.register(self.conn.fileno(), select.POLLIN)
         self._gone = False
+        self._closed = False
 
     @property
     def pid(self) -> int | None:
@@ -154,34 +158,49 @@ class ExternalProcess:
         return out
 
     def dead(self) -> str | None:
-        code = self.process.exitcode
+        code = self._exitcode()
         if code is None and self._gone:
             self.process.join(1.0)  # the pipe closed first: the exit follows at once
-            code = self.process.exitcode
+            code = self._exitcode()
             if code is None:
                 return "its pipe closed"
         return None if code is None else describe_exit(code)
 
+    def _exitcode(self) -> int | None:
+        """The process's exit code; -9 once its handle was closed (by a close() an interrupt cut short)."""
+        try:
+            return self.process.exitcode
+        except ValueError:
+            self._closed = True
+            return -signal.SIGKILL
+
     def kill(self) -> None:
-        if self.process.exitcode is None:
+        if self._exitcode() is None:
             self.process.kill()
-        self.process.join(2.0)
+        if not self._closed:
+            self.process.join(2.0)
 
     def close(self, timeout: float) -> None:
-        if self.process.exitcode is None:
+        """Idempotent: a close interrupted half-way is finished by the next one."""
+        code = self._exitcode()
+        if self._closed:
+            return
+        if code is None:
             with contextlib.suppress(OSError, EOFError, ValueError):  # already gone: the join decides
                 self.conn.send_bytes(pickle.dumps(Call(-1, Op.CLOSE), PROTOCOL))
             self.process.join(timeout)
-            if self.process.exitcode is None:
+            if self._exitcode() is None:
                 self.kill()
         self.conn.close()
         self.process.join(0.1)
-        with contextlib.suppress(ValueError):  # already closed
+        with contextlib.suppress(ValueError):  # still running after a kill: the kernel reaps it later
             self.process.close()
+        self._closed = True
 
     @classmethod
     def wait_any(cls, workers: Sequence[ExternalProcess], timeout: float | None, wake: int | None) -> list[int]:
-        """Poll, yielding the CPU, for a few hundred us; then block until a pipe or sentinel is ready.
+        """Poll, yielding the CPU, for a few hundred us; then block until a pipe or sentinel is ready
+        (for at most ``BLOCK_SLICE_SECONDS``: the pool calls again).
 
         A blocked reader costs the writer a cross-core wake-up (25-50 us on a
         small VM); a reader that polls and yields answers in a few us without
@@ -202,8 +221,8 @@ class ExternalProcess:
             _yield()
             events = poller.poll(0)
         if not events and (timeout is None or timeout > spin):
-            left = None if timeout is None else max(0, int((timeout - spin) * 1000) + 1)
-            events = poller.poll(left)
+            left = BLOCK_SLICE_SECONDS if timeout is None else min(BLOCK_SLICE_SECONDS, timeout - spin)
+            events = poller.poll(max(0, int(left * 1000) + 1))
         return sorted({owner[fd] for fd, _ in events if fd in owner})
 
 
@@ -216,6 +235,25 @@ def _tie_to_parent() -> None:
         libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     except (OSError, AttributeError):
         return  # no prctl: the liveness check in the loop remains
+
+
+def _let_the_forkserver_go() -> None:
+    """Drop this process's copy of the forkserver's liveness pipe, so that the forkserver exits with the parent.
+
+    A forkserver exits when every copy of the write end of its "alive" pipe is
+    closed; CPython hands one to each process it forks (for grandchildren this
+    worker never starts). A worker that kept it would keep the forkserver alive
+    after the parent died, and the forkserver, being this worker's parent, would
+    never trigger its ``PR_SET_PDEATHSIG``: a worker hung in env code would run
+    on as an orphan. (A CPython detail, looked up defensively: tested by
+    ``test_workers_die_with_a_killed_parent_even_inside_a_hung_env_call``.)
+    """
+    server = getattr(sys.modules.get("multiprocessing.forkserver"), "_forkserver", None)
+    fd = getattr(server, "_forkserver_alive_fd", None)
+    if isinstance(fd, int):
+        with contextlib.suppress(OSError):
+            os.close(fd)
+        server._forkserver_alive_fd = None  # type: ignore[union-attr]
 
 
 def _parent_alive(parent_pid: int, first_ppid: int) -> bool:
@@ -235,12 +273,17 @@ def worker_main(conn: Connection, blob: bytes, parent_pid: int, tie: bool) -> No
     """Entry point of a worker process."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
     first_ppid = os.getppid()  # the parent, or the forkserver that forked this process
+    _let_the_forkserver_go()
     if tie:
         _tie_to_parent()
     if not _parent_alive(parent_pid, first_ppid):
         return  # the parent died before the tie was made
     server, ready = ready_reply(blob)
-    conn.send_bytes(pickle.dumps(ready, PROTOCOL))
+    try:
+        conn.send_bytes(pickle.dumps(ready, PROTOCOL))
+    except OSError:
+        return  # the parent is gone, or gave up on this worker while it started
+
     if server is None:
         return
     poller = select.poll()
