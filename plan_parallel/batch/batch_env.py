@@ -40,23 +40,12 @@ from plan_parallel.results import RolloutBatch, StepBatch, stack_observations
 from plan_parallel.state import State
 from plan_parallel.wire.codec import Job
 from plan_parallel.wire.messages import Op, RolloutSpec
-from plan_parallel.workers.process import ExternalProcess, default_context
+from plan_parallel.workers.backends import select_backend
+from plan_parallel.workers.process import default_context
 
 __all__ = ["BatchEnv"]
 
 log = logging.getLogger("plan_parallel")
-
-
-def _per_worker_options(options: Any, n: int) -> list[dict]:
-    """Ray actor options per worker: one dict for all, or a sequence of one dict per worker."""
-    if options is None or isinstance(options, dict):
-        return [dict(options or {}) for _ in range(n)]
-    if isinstance(options, (list, tuple)) and all(isinstance(o, dict) for o in options):
-        if len(options) != n:
-            raise ValueError(f"worker_options has {len(options)} dicts for {n} workers: give one per worker")
-        return [dict(o) for o in options]
-    raise TypeError("worker_options must be a dict of Ray actor options or a list of one dict per worker, "
-                    f"got {type(options).__name__}")
 
 
 def _owned(x: Any) -> Any:
@@ -112,12 +101,8 @@ class BatchEnv:
         worker_options: dict | Sequence[dict] | None = None,
         tuner: Tuner | None = None,
     ) -> None:
-        if backend not in ("process", "ray"):
-            raise ValueError(f"BatchEnv runs the 'process' or 'ray' backend, got {backend!r}")
         if context is not None and context not in mp.get_all_start_methods():
             raise ValueError(f"context must be one of {mp.get_all_start_methods()} or None, got {context!r}")
-        if backend != "ray" and (address is not None or worker_options):
-            raise ValueError("address and worker_options are options of backend='ray'")
         n = n_workers or os.cpu_count() or 1
         if tuner is not None and tuner.mode == "here" and timeout is not None:
             raise ValueError("a timeout cannot act on batches run in this process: give timeout=None with mode 'here'")
@@ -131,18 +116,10 @@ class BatchEnv:
         self._tuner = tuner or Tuner(n, "auto" if small_batch_inline and timeout is None else "workers")
         self._state: State | None = None
         self._local: PlanEnv | None = None
-        blob = cloudpickle.dumps((factory, adapter))
-        if backend == "ray":
-            from plan_parallel.workers.ray_actor import RayWorker
-            from plan_parallel.workers.ray_connect import connect
-
-            connect(address)
-            options = _per_worker_options(worker_options, n)
-            self._pool = WorkerPool(lambda i: RayWorker(i, blob, options[i]), RayWorker, n, timeout, max_restarts)
-        else:
-            ctx = self.context
-            self._pool = WorkerPool(lambda i: ExternalProcess(i, blob, ctx), ExternalProcess, n, timeout,
-                                    max_restarts)
+        chosen = select_backend(backend, cloudpickle.dumps((factory, adapter)), n, self.context, address,
+                                worker_options)
+        self._where = chosen.where
+        self._pool = WorkerPool(chosen.new_worker, chosen.worker_type, n, timeout, max_restarts)
         self.stats = self._pool.stats
         self.stats.update({"items": 0, "batches": 0, "inline_batches": 0, "ipc_seconds": 0.0})
         try:
@@ -244,13 +221,7 @@ class BatchEnv:
         """
         self._check_open()
         check_kind(state, self.kind)
-        blob = dumps(state)
-        if self.backend == "ray":
-            from plan_parallel.workers.ray_actor import SharedArg
-
-            self._pool.broadcast(Op.SET_STATE, blob, (blob,), (SharedArg(0),), state)
-        else:
-            self._pool.broadcast(Op.SET_STATE, blob, (), (blob,), state)
+        self._pool.broadcast(Op.SET_STATE, dumps(state), state)
         self._set_current(state)
 
     def get_state(self) -> State:
@@ -436,6 +407,5 @@ class BatchEnv:
                 log.debug("plan_parallel: close() in __del__ failed", exc_info=True)
 
     def __repr__(self) -> str:
-        where = f"context={self.context!r}" if self.backend == "process" else "backend='ray'"
         closed = ", closed" if self.closed else ""
-        return f"BatchEnv({self._factory!r}, n_workers={self.n_workers}, {where}{closed})"
+        return f"BatchEnv({self._factory!r}, n_workers={self.n_workers}, {self._where}{closed})"

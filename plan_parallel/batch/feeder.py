@@ -1,22 +1,25 @@
 """Feeder: which chunk of which batch a worker gets next, encoded; and a chunk's results taken back.
 
-It builds :class:`~plan_parallel.batch.parts.Part` messages and copies replies
-out of their slabs; it never sends or waits (the pool does), so the order in
-which batches are served is decided in one place: oldest batch first, chunks in
-input order.
+It builds :class:`~plan_parallel.batch.parts.Part` messages, hands them to
+workers' slots and copies replies out of their slabs; it never waits (the pool
+does), so the order in which batches are served is decided in one place: oldest
+batch first, chunks in input order, round-robin over the live workers.
 """
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 from typing import Any
 
 from plan_parallel.batch.future import BatchFuture
-from plan_parallel.batch.parts import Part
+from plan_parallel.batch.parts import Part, Slot, SlotState
 from plan_parallel.wire.codec import encode, out_bytes_guess, split_by_cost
 from plan_parallel.wire.messages import Call, ChunkReply, Op
 from plan_parallel.wire.slabs import SlabPool, read_columns
 
-__all__ = ["Feeder"]
+__all__ = ["QUEUED_PER_WORKER", "Feeder"]
+
+QUEUED_PER_WORKER = 2  # chunks queued per worker: a worker never waits for the parent
 
 
 class Feeder:
@@ -47,6 +50,24 @@ class Feeder:
         while self.waiting and (not self.waiting[0].pending or self.waiting[0].settled):
             self.waiting.popleft()
         return self.waiting[0] if self.waiting else None
+
+    def fill(self, slots: list[Slot], next_id: Callable[[], int]) -> None:
+        """Queue unsent chunks, oldest batch first, round-robin, up to QUEUED_PER_WORKER per live worker."""
+        for _ in range(QUEUED_PER_WORKER):
+            for slot in slots:
+                if slot.state in (SlotState.READY, SlotState.STARTING) and len(slot.queue) < QUEUED_PER_WORKER:
+                    fut = self.next_batch()
+                    if fut is None:
+                        return
+                    self.feed(slot, fut, next_id)
+
+    def feed(self, slot: Slot, fut: BatchFuture, next_id: Callable[[], int]) -> None:
+        """Send ``fut``'s next chunk to ``slot`` (after a set_state to the batch's start, if it needs one)."""
+        assert fut.job is not None
+        if fut.job.start is not None:
+            slot.ensure_holds(fut.job.start, fut, next_id())
+        slot.send(self.chunk(fut, next_id(), slot.worker.uses_shared_memory))
+        fut.pending.popleft()  # after queueing: an interruption in between sends a chunk twice, never none
 
     def chunk(self, fut: BatchFuture, call_id: int, shared_memory: bool) -> Part:
         """``fut``'s next chunk as a part (still pending in ``fut`` until the pool has queued it)."""

@@ -94,6 +94,18 @@ class Slot:
             self.held = None
         self.queue.append(part)
 
+    def send(self, part: Part) -> None:
+        """Queue ``part`` (it joins its batch's parts) and write what can be written."""
+        self.push(part)
+        if part not in part.future.parts:
+            part.future.parts.append(part)
+        self.write()
+
+    def ensure_holds(self, state: State, fut: BatchFuture, call_id: int) -> None:
+        """Send a set_state (call ``call_id``) unless what was sent leaves the worker holding ``state``."""
+        if self.held is not state:
+            self.send(Part(Call(call_id, Op.SET_STATE, (dumps(state),)), fut, holds=state))
+
     def write(self) -> None:
         """Write the queued parts, in order, as far as that cannot block.
 

@@ -31,9 +31,9 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from plan_parallel.batch.feeder import Feeder
+from plan_parallel.batch.feeder import QUEUED_PER_WORKER, Feeder
 from plan_parallel.batch.future import BatchFuture
-from plan_parallel.batch.parts import START_TIMEOUT, Part, Slot, SlotState, dumps
+from plan_parallel.batch.parts import START_TIMEOUT, Part, Slot, SlotState
 from plan_parallel.errors import ClosedError, WorkerCrashedError, WorkerTimeoutError
 from plan_parallel.interrupts import ctrl_c_deferred
 from plan_parallel.state import State
@@ -44,7 +44,6 @@ __all__ = ["WorkerPool"]
 
 log = logging.getLogger("plan_parallel")
 CLOSE_LOCK_SECONDS = 5.0  # close() from another thread waits this long for the pool's lock
-QUEUED_PER_WORKER = 2  # chunks queued per worker: a worker never waits for the parent
 
 
 class WorkerPool:
@@ -179,29 +178,27 @@ class WorkerPool:
         self._ids += 1
         return self._ids
 
-    def _queue(self, i: int, part: Part) -> None:
-        """Queue ``part`` on worker ``i`` and write what can be written."""
-        self.slots[i].push(part)
-        if part not in part.future.parts:
-            part.future.parts.append(part)
-        self.slots[i].write()
+    def _fill(self) -> None:
+        if self._broken is None:
+            self.feeder.fill(self.slots, self._next_id)
 
     def call(self, i: int, op: Op, args: tuple, holds: State | None = None) -> Any:
         """One synchronous call on worker ``i`` (replayed on a replacement like any part)."""
         fut = BatchFuture(self, 0)
         with self._guarded(fut):
             self._check_usable()
-            self._queue(i, Part(Call(self._next_id(), op, args), fut, holds=holds))
+            self.slots[i].send(Part(Call(self._next_id(), op, args), fut, holds=holds))
         self.wait_for(fut, None)
         return fut.result()
 
-    def broadcast(self, op: Op, blob: bytes, shared: tuple, args: tuple, holds: State) -> None:
-        """The same call on every worker (one pickle, or one object-store put); waits for all."""
+    def broadcast(self, op: Op, blob: bytes, holds: State) -> None:
+        """The call ``op(blob)`` on every worker (``blob`` pickled once, or put in Ray's store once); waits for all."""
         fut = BatchFuture(self, 0)
+        shared, args = self._type.broadcast_args(blob)
         with self._guarded(fut):
             self._check_usable()
             for i in range(len(self.slots)):
-                self._queue(i, Part(Call(self._next_id(), op, args), fut, holds=holds, shared=shared))
+                self.slots[i].send(Part(Call(self._next_id(), op, args), fut, holds=holds, shared=shared))
         self.wait_for(fut, None)
         fut.result()
 
@@ -214,36 +211,6 @@ class WorkerPool:
                 return
             self._revive()
             self._fill()
-
-    def _fill(self) -> None:
-        """Queue unsent chunks, oldest batch first, round-robin, up to QUEUED_PER_WORKER per live worker."""
-        if self._broken is not None:
-            return
-        for _ in range(QUEUED_PER_WORKER):
-            for i, slot in enumerate(self.slots):
-                if slot.state in (SlotState.READY, SlotState.STARTING) and len(slot.queue) < QUEUED_PER_WORKER:
-                    fut = self.feeder.next_batch()
-                    if fut is None:
-                        return
-                    self._feed_one(fut, i)
-
-    def _feed_one(self, fut: BatchFuture, i: int) -> None:
-        assert fut.job is not None
-        if fut.job.start is not None:
-            self._ensure_holds(i, fut.job.start, fut)
-        self._queue(i, self.feeder.chunk(fut, self._next_id(), self.slots[i].worker.uses_shared_memory))
-        fut.pending.popleft()  # after queueing: an interruption in between sends a chunk twice, never none
-
-    def _feed(self, i: int) -> None:
-        """Give worker ``i`` the next unsent chunk of the oldest batch that has one."""
-        fut = self.feeder.next_batch()
-        if fut is not None:
-            self._feed_one(fut, i)
-
-    def _ensure_holds(self, i: int, state: State, fut: BatchFuture) -> None:
-        """Queue a set_state on worker ``i`` unless what was sent to it leaves it at ``state``."""
-        if self.slots[i].held is not state:
-            self._queue(i, Part(Call(self._next_id(), Op.SET_STATE, (dumps(state),)), fut, holds=state))
 
     # ------------------------------------------------------------------ waiting
     def wait_for(self, fut: BatchFuture, timeout: float | None) -> None:
@@ -318,7 +285,9 @@ class WorkerPool:
             slot.answered(part)
             self.feeder.release_slab(part)  # last: interrupted before, the part is sent again into it
             if len(slot.queue) < QUEUED_PER_WORKER and self._broken is None:
-                self._feed(i)
+                fut = self.feeder.next_batch()
+                if fut is not None:
+                    self.feeder.feed(slot, fut, self._next_id)
         how = slot.worker.dead()
         if how is not None and slot.state in (SlotState.READY, SlotState.STARTING):
             self._on_death(i, f"died with {how}")
@@ -395,8 +364,8 @@ class WorkerPool:
                 self.feeder.drop_slab(part)
             else:
                 if part.needs is not None:
-                    self._ensure_holds(i, part.needs, part.future)
-                self._queue(i, part)
+                    self.slots[i].ensure_holds(part.needs, part.future, self._next_id())
+                self.slots[i].send(part)
             self._requeue.pop(0)
 
     def _break(self, msg: str, cause: BaseException | None = None, timeout: bool = False) -> None:

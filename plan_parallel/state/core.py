@@ -7,7 +7,7 @@ from the same env id and kwargs.
 
 An :class:`Adapter` is bound to one env instance and knows how to capture and
 restore that env's state. One adapter class exists per env family
-(:mod:`plan_parallel.state.families`); :func:`register_adapter` adds more.
+(:mod:`plan_parallel.state.families`, then :mod:`plan_parallel.state.fallbacks`); :func:`register_adapter` adds more.
 """
 from __future__ import annotations
 
@@ -377,15 +377,14 @@ def adapter_class_for(unwrapped: Any) -> type[Adapter]:
     for adapter in _CHAIN:
         if adapter.accepts(unwrapped):
             return adapter
-    from plan_parallel.state.families import explain_unsupported
+    from plan_parallel.state.fallbacks import explain_unsupported
 
     raise StateError(explain_unsupported(unwrapped))
 
 
 def bind(env: Any, adapter: type[Adapter] | None = None) -> Adapter:
     """Bind the right adapter (or ``adapter``) to a gymnasium env with its wrapper stack."""
-    # Importing families fills the registry.
-    import plan_parallel.state.families  # noqa: F401
+    # Importing these fills the registry: the simulator families, then the fallbacks.
 
     cls = adapter if adapter is not None else adapter_class_for(env.unwrapped)
     bound = cls(env)

@@ -61,6 +61,10 @@ class Worker(Protocol):
         """Ask the worker to exit; kill it if it has not within ``timeout``; free its handles."""
 
     @classmethod
+    def broadcast_args(cls, blob: bytes) -> tuple[tuple, tuple]:
+        """``(shared, args)`` of a call whose one argument ``blob`` goes to every worker (sent or stored once)."""
+
+    @classmethod
     def wait_any(cls, workers: Sequence[Any], timeout: float | None, wake: int | None) -> list[int]:
         """Wait up to ``timeout`` until some of ``workers`` have a reply or died; their positions.
 

@@ -198,6 +198,11 @@ class ExternalProcess:
         self._closed = True
 
     @classmethod
+    def broadcast_args(cls, blob: bytes) -> tuple[tuple, tuple]:
+        """Each worker's message carries ``blob`` itself."""
+        return (), (blob,)
+
+    @classmethod
     def wait_any(cls, workers: Sequence[ExternalProcess], timeout: float | None, wake: int | None) -> list[int]:
         """Poll, yielding the CPU, for a few hundred us; then block until a pipe or sentinel is ready
         (for at most ``BLOCK_SLICE_SECONDS``: the pool calls again).

@@ -183,6 +183,11 @@ class RayWorker:
         self._refs.clear()
 
     @classmethod
+    def broadcast_args(cls, blob: bytes) -> tuple[tuple, tuple]:
+        """``blob`` is put in the object store once; each call names it as its first shared value."""
+        return (blob,), (SharedArg(0),)
+
+    @classmethod
     def wait_any(cls, workers: Sequence[RayWorker], timeout: float | None, wake: int | None) -> list[int]:
         """Wait until the head call of some worker is answered (or its actor died); their positions."""
         ray = import_ray()
