@@ -23,7 +23,7 @@ from plan_parallel.inputs import (
     check_states,
 )
 from plan_parallel.loops import Policy, RolloutParts, UniformPolicy, run_items, run_rollouts, to_rollout_batch
-from plan_parallel.results import RolloutBatch, StepBatch, stack_observations
+from plan_parallel.results import RolloutBatch, StepBatch, share_observations, stack_observations
 from plan_parallel.state import Adapter, State, bind
 
 __all__ = ["EnvFactory", "PlanEnv", "run_items", "run_rollouts"]  # EnvFactory, run_* re-exported
@@ -228,9 +228,10 @@ class PlanEnv:
 
     def _batch(self, actions: Any, states: Sequence[State], dt: int | np.ndarray, seeds: np.ndarray | None) -> StepBatch:
         out_states, obs, rewards, terms, truncs, infos = self._run(states, actions, dt, seeds)
+        space = self.observation_space
         return StepBatch(
             out_states,
-            stack_observations(self.observation_space, obs),
+            share_observations(space, out_states, stack_observations(space, obs)),
             np.array(rewards, dtype=np.float64),
             np.array(terms, dtype=bool),
             np.array(truncs, dtype=bool),

@@ -9,7 +9,7 @@ from gymnasium import spaces
 
 from plan_parallel.state import State
 
-__all__ = ["RolloutBatch", "StepBatch", "stack_observations"]
+__all__ = ["RolloutBatch", "StepBatch", "share_observations", "stack_observations"]
 
 
 class StepBatch(NamedTuple):
@@ -18,7 +18,9 @@ class StepBatch(NamedTuple):
     Attributes:
         states: the state after each item (a sequence of N :class:`State`).
         observations: stacked observations, shape ``(N, *obs_shape)`` (a dict or
-            tuple of such arrays for Dict/Tuple observation spaces).
+            tuple of such arrays for Dict/Tuple observation spaces). For array
+            spaces it is read-only and its rows are the states' own observations
+            (one copy for both); ``observations.copy()`` gives an array to change.
         rewards: float64 ``(N,)``, each the sum over the item's env steps.
         terminations: bool ``(N,)``.
         truncations: bool ``(N,)``.
@@ -68,6 +70,26 @@ class RolloutBatch(NamedTuple):
     infos: list
     all_states: list | None = None
     all_observations: Any = None
+
+
+def share_observations(space: spaces.Space, states: Sequence[State], obs: Any) -> Any:
+    """The batch's observations, made the states' own: read-only rows of one array.
+
+    When ``obs`` stacks the states' observations without a change of dtype
+    (the env returns what its space says), each state's ``obs`` becomes its row
+    and the array is made read-only, so neither can change under the other.
+    Otherwise (Dict/Tuple spaces, an env whose dtype differs from its space's)
+    the states keep the observations they have.
+    """
+    if not isinstance(obs, np.ndarray) or len(obs) != len(states) or not states:
+        return obs
+    first = states[0].obs
+    if not isinstance(first, np.ndarray) or first.dtype != obs.dtype or first.shape != obs.shape[1:]:
+        return obs
+    obs.flags.writeable = False
+    for s, row in zip(states, obs):
+        s.obs = row
+    return obs
 
 
 def stack_observations(space: spaces.Space, obs: list) -> Any:

@@ -320,7 +320,7 @@ class PlanVectorEnv(VectorEnv):
         if step is None or not is_array_space(space):
             return concatenate(space, self._env_obs, create_empty_array(space, n=self.num_envs))
         if len(step.ids) == self.num_envs:
-            out = batch.observations
+            out = batch.observations.copy()  # the batch's is read-only: its rows are the states' observations
         else:
             out = create_empty_array(space, n=self.num_envs)
             if len(step.ids):

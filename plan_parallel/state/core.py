@@ -97,7 +97,7 @@ class State:
             e.g. ``"classic:CartPoleEnv|TimeLimit"``. A state restores only into an
             env of the same kind.
         sim: the simulator's state (an ndarray for classic control and MuJoCo, an
-            ``ale_py.ALEState`` for Atari, plain Python values for toy text).
+            a serialized ``ale_py.ALEState`` (bytes) for Atari, plain Python values for toy text).
         extra: hidden Python fields the env's ``step`` reads (a tuple, or None).
         rng: the env's ``np_random`` bit-generator state (a dict), or None.
         wrappers: one entry per stateful wrapper on the stack, outermost first.

@@ -19,7 +19,7 @@ import numpy as np
 from gymnasium import spaces
 
 from plan_parallel.loops import RolloutParts, to_rollout_batch
-from plan_parallel.results import RolloutBatch, StepBatch, stack_observations
+from plan_parallel.results import RolloutBatch, StepBatch, share_observations, stack_observations
 from plan_parallel.state import State
 from plan_parallel.wire.columns import pack_states, unpack_infos, unpack_states
 from plan_parallel.wire.messages import ChunkReply, ChunkRequest, Op, RolloutSpec
@@ -105,9 +105,16 @@ class Job:
         return RolloutGather(self.n, observation_space, self.rollout)
 
 
+def sim_bytes(sim: Any) -> int:
+    """Slab bytes one simulator value takes (0 for values that are pickled instead)."""
+    if isinstance(sim, np.ndarray):
+        return sim.nbytes
+    return len(sim) + 16 if type(sim) is bytes else 0
+
+
 def out_bytes_guess(observation_space: spaces.Space, state: State | None, job: Job) -> int:
     """Slab bytes an item's results may take before any was measured: its simulator array and observations."""
-    sim = state.sim.nbytes if state is not None and isinstance(state.sim, np.ndarray) else 0
+    sim = 0 if state is None else sim_bytes(state.sim)
     shape = getattr(observation_space, "shape", None)
     dtype = getattr(observation_space, "dtype", None)
     obs_bytes = int(np.prod(shape)) * np.dtype(dtype).itemsize if shape and dtype is not None else 0
@@ -127,8 +134,8 @@ def encode(job: Job, lo: int, hi: int, per_item_out: int, acquire: Callable[[int
     sub_states = None if job.states is None else job.states[lo:hi]
     act_arr = isinstance(actions, np.ndarray) and not actions.dtype.hasobject
     est_in = (actions[lo:hi].nbytes if act_arr else 0) + 16 * m + 128
-    if sub_states is not None and isinstance(sub_states[0].sim, np.ndarray):
-        est_in += sub_states[0].sim.nbytes * m
+    if sub_states is not None:
+        est_in += sim_bytes(sub_states[0].sim) * m
     slab = acquire(est_in + per_item_out * m + 4 * ALIGN) if acquire is not None else None
     w = ArrayWriter(slab)
     req_actions = None
@@ -221,23 +228,22 @@ class StepGather:
         self.ranges.append((lo, hi))
 
     def result(self) -> StepBatch:
-        """The :class:`StepBatch`; each state keeps its own (read-only) observation."""
+        """The :class:`StepBatch`; the states' observations are read-only rows of its ``observations``."""
         states = self.states
         if self.obs_arr is not None:
-            # The states keep their own rows: the caller may change the returned array in place.
-            kept = self.obs_arr.copy()
-            kept.flags.writeable = False
-            for s, o in zip(states, kept):
-                s.obs = o
             observations = self.obs_arr
+            observations.flags.writeable = False
+            for s, o in zip(states, observations):
+                s.obs = o
             want = getattr(self.space, "dtype", None)
             if want is not None and observations.dtype != want and observations.shape[1:] == self.space.shape:
-                observations = observations.astype(want)  # an env whose obs dtype differs from its space
+                # An env whose obs dtype differs from its space: the states keep the env's, the batch the space's.
+                observations = observations.astype(want)
         else:
             obs_list = self.obs_list or []
             for s, o in zip(states, obs_list):
                 s.obs = o
-            observations = stack_observations(self.space, obs_list)
+            observations = share_observations(self.space, states, stack_observations(self.space, obs_list))
         return StepBatch(states, observations, self.rewards, self.terms, self.truncs, self.infos)
 
 

@@ -1,4 +1,4 @@
-"""States and infos as columns: what is an array goes to a slab, the rest is pickled once per chunk.
+"""States and infos as columns: arrays and bytes go to a slab, the rest is pickled once per chunk.
 
 Pickling all the non-array parts of a chunk in one ``dumps`` call lets pickle's
 memo share repeated objects (the same RNG dict, the same kind string) instead of
@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from plan_parallel.state import State
-from plan_parallel.wire.slabs import ArrayWriter
+from plan_parallel.wire.slabs import ArrayWriter, blobs
 
 __all__ = ["pack_infos", "pack_states", "unpack_infos", "unpack_states"]
 
@@ -26,7 +26,7 @@ def pack_states(states: Sequence[State], w: ArrayWriter, prefix: str, with_obs: 
         "rng": [s.rng for s in states],
         "wrappers": [s.wrappers for s in states],
     }
-    if not w.put_rows(prefix + "sim", sims):
+    if not (w.put_rows(prefix + "sim", sims) or w.put_blobs(prefix + "sim", sims)):
         rest["sim"] = sims
     if with_obs:
         obs = [s.obs for s in states]
@@ -39,6 +39,8 @@ def unpack_states(rest: dict[str, Any], cols: dict[str, np.ndarray], prefix: str
     """Rebuild states from :func:`pack_states` output (array rows are views of ``cols``)."""
     kind = rest["kind"]
     sims = rest.get("sim")
+    if sims is None:
+        sims = blobs(cols, prefix + "sim")
     if sims is None:
         sims = list(cols[prefix + "sim"])
     obs = rest.get("obs")

@@ -2,9 +2,10 @@
 
 A chunk of items travels as *columns*. A column whose values are ndarrays of one
 shape and dtype (observations, MuJoCo and classic-control simulator states,
-actions) is stacked into a preallocated shared-memory :class:`Slab`; everything
-else (infos, ALE states, RNG dicts, wrapper counters) is pickled into the small
-message that goes over the pipe. Pickling all the non-array parts of a chunk in
+actions) is stacked into a preallocated shared-memory :class:`Slab`, a column of
+bytes objects (serialized ALE states) is written end to end with their end
+offsets; everything else (infos, RNG dicts, wrapper counters) is pickled into the
+small message that goes over the pipe. Pickling all the non-array parts of a chunk in
 one ``dumps`` call lets pickle's memo share repeated objects (the same RNG dict,
 the same kind string) instead of copying them per item.
 
@@ -27,10 +28,11 @@ import numpy as np
 
 from plan_parallel.interrupts import ctrl_c_deferred
 
-__all__ = ["ALIGN", "PROTOCOL", "ArrayWriter", "Slab", "SlabPool", "read_columns"]
+__all__ = ["ALIGN", "BLOB_BYTES", "PROTOCOL", "ArrayWriter", "Slab", "SlabPool", "blobs", "read_columns"]
 
 PROTOCOL = pickle.HIGHEST_PROTOCOL
 ALIGN = 64
+BLOB_BYTES = ":bytes"  # the column of a blob column's concatenated bytes (read as a view: rows are copied out)
 
 
 class Slab:
@@ -138,6 +140,28 @@ class ArrayWriter:
         self.layout[name] = (off, arr.dtype.str, arr.shape)
         return True
 
+    def put_blobs(self, name: str, rows: Sequence[Any]) -> bool:
+        """Write ``rows`` (bytes objects of any lengths) as two columns: ``name:ends`` and ``name:bytes``.
+
+        False if a row is not bytes or the slab has no room. :func:`blobs` reads them back.
+        """
+        if not rows or not all(type(r) is bytes for r in rows):
+            return False
+        ends = np.cumsum([len(r) for r in rows], dtype=np.int64)
+        at_ends = self._reserve(ends.nbytes)
+        at_data = None if at_ends is None else self._reserve(int(ends[-1]))
+        if at_ends is None or at_data is None:
+            return False
+        self.slab.array(at_ends, ends.dtype, ends.shape)[...] = ends  # type: ignore[union-attr]
+        buf = self.slab.buf  # type: ignore[union-attr]
+        start = at_data
+        for r in rows:
+            buf[start:start + len(r)] = r
+            start += len(r)
+        self.layout[name + ":ends"] = (at_ends, ends.dtype.str, ends.shape)
+        self.layout[name + BLOB_BYTES] = (at_data, "|u1", (int(ends[-1]),))
+        return True
+
     def put_rows(self, name: str, rows: Sequence[Any]) -> bool:
         """Stack ``rows`` (ndarrays of one shape and dtype) into the slab; False if not uniform or no room."""
         if not rows:
@@ -159,16 +183,27 @@ class ArrayWriter:
         return True
 
 
+def blobs(cols: dict[str, np.ndarray], name: str) -> list[bytes] | None:
+    """The bytes rows :meth:`ArrayWriter.put_blobs` wrote as ``name`` (copies), or None if it did not."""
+    ends = cols.get(name + ":ends")
+    if ends is None:
+        return None
+    data = cols[name + BLOB_BYTES]
+    starts = [0, *ends[:-1].tolist()]
+    return [data[a:b].tobytes() for a, b in zip(starts, ends.tolist())]
+
+
 def read_columns(
     slab: Slab | None, layout: dict[str, tuple[int, str, tuple[int, ...]]], views: tuple[str, ...] = ()
 ) -> dict[str, np.ndarray]:
     """Copy each column out of the slab (the slab may be reused as soon as this returns).
 
     Columns named in ``views`` are returned as views of the slab instead, for a
-    caller that copies them where they belong before it releases the slab.
+    caller that copies them where they belong before it releases the slab; so
+    are blob columns (:func:`blobs` copies their rows out).
     """
     out = {}
     for name, (off, dtype, shape) in layout.items():
         arr = slab.array(off, np.dtype(dtype), shape)  # type: ignore[union-attr]
-        out[name] = arr if name in views else arr.copy()
+        out[name] = arr if name in views or name.endswith(BLOB_BYTES) else arr.copy()
     return out
