@@ -43,14 +43,14 @@ pytestmark = pytest.mark.usefixtures("no_leaks_module", "no_leaks")
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = str(ROOT / "plan_parallel")
-DEFERRER = str(ROOT / "plan_parallel" / "interrupts.py")
 POINTS = int(os.environ.get("PP_INTERRUPT_POINTS", "24"))  # sampled lines per call
 SEED = int(os.environ.get("PP_INTERRUPT_SEED", "0"))  # another seed, another sample of inputs and kills
 
 
 # =========================================================================== the injector
 class Interrupt:
-    """Raise ``KeyboardInterrupt`` at the ``at``-th line event inside plan_parallel's code (0: only count)."""
+    """Raise ``KeyboardInterrupt`` at the ``at``-th line event inside plan_parallel's code (0: only count),
+    or the first one after it where SIGINT is not held back."""
 
     def __init__(self, at: int = 0) -> None:
         self.at = at
@@ -60,15 +60,14 @@ class Interrupt:
     def _local(self, frame: Any, event: str, arg: Any) -> Any:
         if event == "line" and not self.fired:
             self.lines += 1
-            if self.lines == self.at:
+            if self.lines >= self.at > 0 and signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+                # Only where a real Ctrl-C can land: not while plan_parallel holds SIGINT back.
                 self.fired = True
-                raise KeyboardInterrupt(f"injected at line event {self.at} ({frame.f_code.co_name})")
+                raise KeyboardInterrupt(f"injected at line event {self.lines} ({frame.f_code.co_name})")
         return self._local
 
     def _global(self, frame: Any, event: str, arg: Any) -> Any:
-        name = frame.f_code.co_filename
-        # interrupts.py holds SIGINT back; a real Ctrl-C cannot land inside it once the swap is done
-        return self._local if name.startswith(PACKAGE) and name != DEFERRER else None
+        return self._local if frame.f_code.co_filename.startswith(PACKAGE) else None
 
     def run(self, fn: Callable[[], Any]) -> tuple[bool, Any]:
         """``(interrupted, value)`` of ``fn()`` under the hook."""

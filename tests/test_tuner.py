@@ -50,6 +50,15 @@ def test_chunks_one_per_worker_until_step_times_are_known_then_up_to_three() -> 
     assert t.n_chunks(5, 5) == 2  # too few items to split further
 
 
+def test_work_smaller_than_a_message_is_not_split() -> None:
+    t = Tuner(2)
+    t.learn_step(6e-6)  # CartPole: 6 us a step
+    assert t.n_chunks(2, 2) == 1 and t.n_chunks(8, 8) == 1  # 12 us, 48 us: one message
+    assert t.n_chunks(24, 24) == 1 and t.n_chunks(40, 40) == 2  # 144 us: one; 240 us: two of 120 us
+    t.learn_step(1e-3)
+    assert t.n_chunks(2, 2) == 2  # 1 ms items: worth a worker each
+
+
 def test_bad_arguments_are_refused() -> None:
     with pytest.raises(ValueError, match="mode must be one of"):
         Tuner(2, "fast")

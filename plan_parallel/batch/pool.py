@@ -209,6 +209,10 @@ class WorkerPool:
             if not self.feeder.add(fut, n_chunks):  # an empty batch: nothing to send
                 fut.complete()
                 return
+            for i, slot in enumerate(self.slots):  # an idle worker's death is seen here, or never waited on
+                how = slot.worker.dead() if slot.state is SlotState.READY and not slot.queue else None
+                if how is not None:
+                    self._on_death(i, f"died with {how}")
             self._revive()
             self._fill()
 

@@ -5,10 +5,11 @@ runs, waits or times anything itself, so it is tested without processes.
 """
 from __future__ import annotations
 
-__all__ = ["CHUNK_SECONDS", "EXPLORE_EVERY", "Tuner"]
+__all__ = ["CHUNK_SECONDS", "EXPLORE_EVERY", "MIN_CHUNK_SECONDS", "Tuner"]
 
 EXPLORE_EVERY = 32  # batches of a size class run the faster way in a row before one re-measures the other
 CHUNK_SECONDS = 1e-3  # below this, a chunk's fixed cost is a large share of its time
+MIN_CHUNK_SECONDS = 100e-6  # env time worth a message of its own (a chunk's fixed cost is ~40 us here)
 MODES = ("auto", "workers", "here")
 
 
@@ -88,13 +89,18 @@ class Tuner:
         self.step_seconds = seconds_per_step if old is None else 0.8 * old + 0.2 * seconds_per_step
 
     def n_chunks(self, n: int, steps: int) -> int:
-        """Chunks for a batch: one per worker, or up to 3 per worker when each still takes >= 1 ms.
+        """Chunks for a batch: one per worker, or up to 3 per worker when each still takes >= 1 ms;
+        fewer than the workers when a chunk would hold under MIN_CHUNK_SECONDS of env time.
 
         More chunks than workers, handed out as workers finish, keep a worker
-        slowed by a noisy neighbour from holding the whole batch back.
+        slowed by a noisy neighbour from holding the whole batch back; a chunk
+        with less work than a message costs is better not split off.
         """
         w = self.n_workers
-        if self.step_seconds is None or n < 4 * w:
+        if self.step_seconds is None:
             return min(n, w)
-        per_worker = steps * self.step_seconds / w
+        work = steps * self.step_seconds
+        if work < w * MIN_CHUNK_SECONDS or n < 4 * w:
+            return max(1, min(n, w, int(work // MIN_CHUNK_SECONDS)))
+        per_worker = work / w
         return min(n, w * int(max(1, min(3, per_worker // CHUNK_SECONDS))))

@@ -21,7 +21,7 @@ from gymnasium import spaces
 from plan_parallel.loops import RolloutParts, to_rollout_batch
 from plan_parallel.results import RolloutBatch, StepBatch, share_observations, stack_observations
 from plan_parallel.state import State
-from plan_parallel.wire.columns import pack_states, unpack_infos, unpack_states
+from plan_parallel.wire.columns import pack_states, unpack_infos, unpack_outcomes, unpack_states
 from plan_parallel.wire.messages import ChunkReply, ChunkRequest, Op, RolloutSpec
 from plan_parallel.wire.slabs import ALIGN, ArrayWriter, Slab
 
@@ -215,6 +215,7 @@ class StepGather:
 
     def absorb(self, lo: int, hi: int, reply: ChunkReply, cols: dict[str, np.ndarray]) -> None:
         m = hi - lo
+        reply = unpack_outcomes(reply, cols)
         self.rewards[lo:hi] = reply.rewards
         self.terms[lo:hi] = reply.terminations
         self.truncs[lo:hi] = reply.truncations
@@ -258,6 +259,7 @@ class RolloutGather:
 
     def absorb(self, lo: int, hi: int, reply: ChunkReply, cols: dict[str, np.ndarray]) -> None:
         m, horizon = hi - lo, self.spec.horizon
+        reply = unpack_outcomes(reply, cols)
         states = unpack_states(reply.states, cols, "", m)
         for s, o in zip(states, _obs_rows(cols, reply.obs, "obs")):
             s.obs = o

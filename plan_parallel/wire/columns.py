@@ -6,15 +6,17 @@ copying them per item.
 """
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
 from plan_parallel.state import State
+from plan_parallel.wire.messages import ChunkReply
 from plan_parallel.wire.slabs import ArrayWriter, blobs
 
-__all__ = ["pack_infos", "pack_states", "unpack_infos", "unpack_states"]
+__all__ = ["OUTCOMES", "pack_infos", "pack_outcomes", "pack_states", "unpack_infos", "unpack_outcomes", "unpack_states"]
 
 
 def pack_states(states: Sequence[State], w: ArrayWriter, prefix: str, with_obs: bool) -> dict[str, Any]:
@@ -96,3 +98,18 @@ def unpack_infos(packed: Any, n: int) -> list[dict]:
     _, keys, cols = packed
     per_key = [cols[k] if isinstance(cols[k], list) else list(cols[k]) for k in keys]
     return [dict(zip(keys, vals)) for vals in zip(*per_key)]
+
+
+# A chunk's per-item outcomes: small arrays that cost more to pickle (~3 us each way) than to put in the slab.
+OUTCOMES = ("rewards", "terminations", "truncations", "n_steps")
+
+
+def pack_outcomes(w: ArrayWriter, **arrays: np.ndarray) -> dict[str, np.ndarray | None]:
+    """The :data:`OUTCOMES` arrays for a :class:`ChunkReply`: None for each one written to ``w``'s slab."""
+    return {k: None if w.put_array(k, v) else v for k, v in arrays.items()}
+
+
+def unpack_outcomes(reply: ChunkReply, cols: dict[str, np.ndarray]) -> ChunkReply:
+    """``reply`` with the :data:`OUTCOMES` that travelled in the slab put back from ``cols``."""
+    moved = {k: cols[k] for k in OUTCOMES if getattr(reply, k) is None}
+    return dataclasses.replace(reply, **moved) if moved else reply

@@ -127,6 +127,8 @@ class ExternalProcess:
             child.close()
         self._poller = select.poll()
         self._poller.register(self.conn.fileno(), select.POLLIN)
+        self._sentinel = select.poll()
+        self._sentinel.register(self.process.sentinel, select.POLLIN)
         self._gone = False
         self._closed = False
 
@@ -158,6 +160,8 @@ class ExternalProcess:
         return out
 
     def dead(self) -> str | None:
+        if not self._gone and not self._sentinel.poll(0):
+            return None  # the sentinel becomes readable when the process ends (cheaper than asking multiprocessing)
         code = self._exitcode()
         if code is None and self._gone:
             self.process.join(1.0)  # the pipe closed first: the exit follows at once

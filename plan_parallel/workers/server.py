@@ -18,7 +18,7 @@ import numpy as np
 
 from plan_parallel.env import PlanEnv
 from plan_parallel.errors import StateError
-from plan_parallel.wire.columns import pack_infos, pack_states, unpack_states
+from plan_parallel.wire.columns import pack_infos, pack_outcomes, pack_states, unpack_states
 from plan_parallel.wire.messages import (
     READY,
     Call,
@@ -100,13 +100,13 @@ class Server:
         out_states, obs, rewards, terms, truncs, infos = self.env.run_raw(states, actions, dt, seeds)
         w = ArrayWriter(slab, req.out_offset)
         packed, listed = self._write_items(w, "", out_states, obs)
-        return ChunkReply(
-            rewards=np.array(rewards, dtype=np.float64),
-            terminations=np.array(terms, dtype=bool),
+        outcomes = pack_outcomes(
+            w, rewards=np.array(rewards, dtype=np.float64), terminations=np.array(terms, dtype=bool),
             truncations=np.array(truncs, dtype=bool),
             n_steps=np.fromiter((i.pop("n_steps") for i in infos), dtype=np.int64, count=req.n),
-            states=packed, obs=listed, infos=pack_infos(infos), layout=w.layout, needed=w.needed - req.out_offset,
         )
+        return ChunkReply(**outcomes, states=packed, obs=listed, infos=pack_infos(infos), layout=w.layout,
+                          needed=w.needed - req.out_offset)
 
     def _policy(self, blob: bytes | None) -> Any:
         """The policy a request ships (cloudpickled), unpickled once while the same bytes keep coming."""
@@ -132,14 +132,12 @@ class Server:
             flat_states = [s for row in parts.all_states for s in row]  # type: ignore[union-attr]
             flat_obs = [o for row in parts.all_observations for o in row]  # type: ignore[union-attr]
             all_packed, all_listed = self._write_items(w, "all_", flat_states, flat_obs)
-        return ChunkReply(
-            rewards=parts.rewards,
-            terminations=np.array(parts.terminations, dtype=bool),
-            truncations=np.array(parts.truncations, dtype=bool),
-            n_steps=np.array(parts.n_steps, dtype=np.int64),
-            states=packed, obs=listed, infos=pack_infos(parts.infos), layout=w.layout,
-            needed=w.needed - req.out_offset, all_states=all_packed, all_obs=all_listed,
+        outcomes = pack_outcomes(
+            w, rewards=parts.rewards, terminations=np.array(parts.terminations, dtype=bool),
+            truncations=np.array(parts.truncations, dtype=bool), n_steps=np.array(parts.n_steps, dtype=np.int64),
         )
+        return ChunkReply(**outcomes, states=packed, obs=listed, infos=pack_infos(parts.infos), layout=w.layout,
+                          needed=w.needed - req.out_offset, all_states=all_packed, all_obs=all_listed)
 
 
 def build_server(blob: bytes) -> tuple[Server, WorkerInfo]:
