@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["add_bench_arguments", "hand_loop", "make_workload", "run_bench"]
+__all__ = ["add_bench_arguments", "alternate", "hand_loop", "make_workload", "run_bench"]
 
 
 def add_bench_arguments(p: argparse.ArgumentParser) -> None:
@@ -42,7 +42,7 @@ def make_workload(env: Any, n: int, seed: int = 0) -> tuple[list, np.ndarray]:
     rng = np.random.default_rng(seed)
     space = env.action_space
     state, _, _ = env.reset(seed=seed)
-    states = []
+    states: list = []
     while len(states) < n:
         state, _, _, term, trunc, _ = env.step(space.sample())
         if term or trunc:  # ended states are not start points
@@ -101,7 +101,8 @@ def _median_time(fn: Callable[[], Any]) -> float:
     return time.perf_counter() - t0
 
 
-def _alternate(fns: dict[str, Callable[[], Any]], repeats: int) -> dict[str, float]:
+def alternate(fns: dict[str, Callable[[], Any]], repeats: int) -> dict[str, float]:
+    """Median seconds of each function over ``repeats`` rounds that run them one after the other."""
     times: dict[str, list[float]] = {k: [] for k in fns}
     for f in fns.values():  # warm-up
         f()
@@ -117,7 +118,8 @@ def bench_inline(repeats: int, quick: bool) -> list[str]:
 
     lines = [f"inline backend vs hand-written loop (median of {repeats} alternating runs)",
              f"{'env':<14} {'B':>5} {'dt':>3} {'loop tr/s':>11} {'inline tr/s':>12} {'ratio':>6}"]
-    cases = [("CartPole-v1", {}, 512 if not quick else 64), ("ALE/Pong-v5", {}, 64 if not quick else 8)]
+    cases: list[tuple[str, dict, int]] = [
+        ("CartPole-v1", {}, 512 if not quick else 64), ("ALE/Pong-v5", {}, 64 if not quick else 8)]
     for env_id, kw, b in cases:
         pe = pp.make(env_id, backend="inline", **kw)
         states, actions = make_workload(pe, b)
@@ -129,7 +131,7 @@ def bench_inline(repeats: int, quick: bool) -> list[str]:
         native_states = [_to_native(env_id, pe, s) for s in states]
         for dt in (1, 4):
             steps = sum(i["n_steps"] for i in pe.step_batch(actions, states, dt).infos)
-            t = _alternate(
+            t = alternate(
                 {
                     "loop": lambda: hand_loop(raw, raw.step, get, put, native_states, actions, dt),
                     "inline": lambda: pe.step_batch(actions, states, dt),

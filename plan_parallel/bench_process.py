@@ -7,12 +7,12 @@ from typing import Any
 
 import numpy as np
 
-from plan_parallel.bench import _alternate, make_workload
+from plan_parallel.bench import alternate, make_workload
 
-__all__ = ["CASES", "bench_process"]
+__all__ = ["CASES", "bench_process", "fixed_cost", "parallel_ceiling"]
 
 # (label, env id, kwargs): Pong with RGB observations and frameskip 1, as the issue asks.
-CASES = [
+CASES: list[tuple[str, str, dict[str, Any]]] = [
     ("CartPole-v1", "CartPole-v1", {}),
     ("Pong RGB fs1", "ALE/Pong-v5", {"frameskip": 1}),
     ("HalfCheetah-v5", "HalfCheetah-v5", {}),
@@ -47,7 +47,7 @@ def parallel_ceiling(workers: int, n: int = 2_000_000, repeats: int = 3) -> floa
     return statistics.median(ratios)
 
 
-def _fixed_cost(env: Any, state: Any, repeats: int) -> float:
+def fixed_cost(env: Any, state: Any, repeats: int) -> float:
     """Median seconds of a step_batch call with 2 items (dt=1) that cannot run inline."""
     acts = np.array([env.action_space.sample() for _ in range(2)])
     times = []
@@ -98,7 +98,7 @@ def bench_process(repeats: int, quick: bool, workers: int) -> list[str]:
                 for dt in (1, 4):
                     st, ac = states[:b], actions[:b]
                     steps = sum(i["n_steps"] for i in ref.step_batch(ac, st, dt).infos)
-                    t = _alternate(
+                    t = alternate(
                         {"inline": lambda: ref.step_batch(ac, st, dt), "process": lambda: proc.step_batch(ac, st, dt)},
                         repeats,
                     )
@@ -106,7 +106,7 @@ def bench_process(repeats: int, quick: bool, workers: int) -> list[str]:
                         f"{label:<16} {b:>5} {dt:>3} {steps / t['inline']:>10,.0f} {steps / t['process']:>10,.0f} "
                         f"{t['inline'] / t['process']:>6.2f}"
                     )
-            fixed.append(f"{label}: {_fixed_cost(strict, states[0], repeats) * 1e6:.0f} us")
+            fixed.append(f"{label}: {fixed_cost(strict, states[0], repeats) * 1e6:.0f} us")
             ref_tps = _async_vector_reference(env_id, kw, workers, 200 if quick else 1000)
             lines.append(f"{label:<16} gymnasium AsyncVectorEnv ({workers} envs, dt=1): {ref_tps:,.0f} transitions/s")
         finally:

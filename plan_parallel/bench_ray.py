@@ -13,35 +13,35 @@ the first env's actors) and the fixed cost of a call with 2 tiny items.
 from __future__ import annotations
 
 import time
+from typing import Any
 
-from plan_parallel.bench import _alternate, make_workload
+from plan_parallel.bench import alternate, make_workload
 
 __all__ = ["CASES", "bench_ray"]
 
-CASES = [
+CASES: list[tuple[str, str, dict[str, Any]]] = [
     ("Pong RGB fs1", "ALE/Pong-v5", {"frameskip": 1}),
     ("HalfCheetah-v5", "HalfCheetah-v5", {}),
 ]
 DT = 4
-# The process column only for small batches, where the fixed cost of a call decides (large ones:
-# --suite process; Pong at B=512 deadlocks it today, see tests/test_pipe_deadlock.py).
+# The process column only for small batches, where the fixed cost of a call decides (large ones: --suite process).
 SMALL = 64
 
 
 def bench_ray(repeats: int, quick: bool, workers: int, address: str | None = None) -> list[str]:
-    """The ray suite's report lines (starts or joins Ray: see :func:`plan_parallel.workers.ray_actor.connect`)."""
+    """The ray suite's report lines (starts or joins Ray: see :func:`plan_parallel.workers.ray_connect.connect`)."""
     try:
         import ray  # noqa: F401 - only to say it is missing
     except ImportError:
         return ['ray suite skipped: Ray is not installed (pip install -e ".[ray]")']
     import plan_parallel as pp
-    from plan_parallel.bench_process import _fixed_cost, parallel_ceiling
-    from plan_parallel.workers import ray_actor
+    from plan_parallel.bench_process import fixed_cost, parallel_ceiling
+    from plan_parallel.workers.ray_connect import connect
 
     sizes = (8, 64) if quick else (8, 512)
     ceiling = parallel_ceiling(workers)  # before Ray: its pool forks this process
     t0 = time.perf_counter()
-    started = ray_actor.connect(address)
+    started = connect(address)
     init_s = time.perf_counter() - t0
     lines = [
         f"ray backend (W={workers} actors) vs inline, and process backend (W={workers}) at B<={SMALL}, transitions/s, "
@@ -67,14 +67,14 @@ def bench_ray(repeats: int, quick: bool, workers: int, address: str | None = Non
                 fns = {"inline": lambda: ref.step_batch(ac, st, DT), "ray": lambda: on_ray.step_batch(ac, st, DT)}
                 if b <= SMALL:
                     fns["process"] = lambda: proc.step_batch(ac, st, DT)
-                t = _alternate(fns, repeats)
+                t = alternate(fns, repeats)
                 row = (f"{label:<16} {b:>5} {steps / t['inline']:>10,.0f} {steps / t['ray']:>10,.0f} "
                        f"{t['inline'] / t['ray']:>6.2f}")
                 if "process" in t:
                     row += f" {steps / t['process']:>10,.0f} {t['inline'] / t['process']:>6.2f}"
                 lines.append(row)
-            fixed.append(f"{label}: ray {_fixed_cost(on_ray, states[0], repeats) * 1e6:,.0f} us, "
-                         f"process {_fixed_cost(proc, states[0], repeats) * 1e6:,.0f} us")
+            fixed.append(f"{label}: ray {fixed_cost(on_ray, states[0], repeats) * 1e6:,.0f} us, "
+                         f"process {fixed_cost(proc, states[0], repeats) * 1e6:,.0f} us")
         finally:
             for e in (ref, on_ray, proc):
                 e.close()

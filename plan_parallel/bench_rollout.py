@@ -10,11 +10,11 @@ from typing import Any
 
 import numpy as np
 
-from plan_parallel.bench import _alternate, make_workload
+from plan_parallel.bench import alternate, make_workload
 
 __all__ = ["bench_rollout", "chained_step_batch"]
 
-CASES = [("CartPole-v1", "CartPole-v1", {}), ("Pong RGB", "ALE/Pong-v5", {})]
+CASES: list[tuple[str, str, dict[str, Any]]] = [("CartPole-v1", "CartPole-v1", {}), ("Pong RGB", "ALE/Pong-v5", {})]
 
 
 def chained_step_batch(env: Any, states: list, actions: np.ndarray) -> float:
@@ -56,7 +56,7 @@ def bench_rollout(repeats: int, quick: bool, workers: int, leaves: int = 64, dep
             actions = rng.integers(0, n_act, size=(leaves, depth))
             steps = int(ref.rollout_batch(states, actions).n_steps.sum())
             for name, env in envs.items():
-                t = _alternate(
+                t = alternate(
                     {"chained": lambda: chained_step_batch(env, states, actions),
                      "rollout": lambda: env.rollout_batch(states, actions)},
                     repeats,

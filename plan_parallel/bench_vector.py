@@ -21,7 +21,7 @@ __all__ = ["CASES", "N_ENVS", "bench_vector"]
 
 N_ENVS = 8
 # (label, env id, kwargs, vector steps per run, quick vector steps): Pong with its RGB observations.
-CASES = [
+CASES: list[tuple[str, str, dict[str, Any], int, int]] = [
     ("CartPole-v1", "CartPole-v1", {}, 400, 100),
     ("Pong RGB", "ALE/Pong-v5", {}, 60, 15),
 ]

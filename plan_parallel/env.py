@@ -134,9 +134,10 @@ class PlanEnv:
             ValueError/TypeError: bad action or dt. StateError: bad state or no current state.
         """
         self._check_open()
-        dt = check_dt(dt, 1)
-        if not isinstance(dt, int):
+        checked = check_dt(dt, 1)
+        if not isinstance(checked, int):
             raise TypeError(f"step takes one integer dt >= 1, got {dt!r}")
+        dt = checked
         action = check_action(self.action_space, action)
         if state is not None:
             self._adapter.validate(state)
@@ -343,7 +344,7 @@ class PlanEnv:
         )
         if req.actions is None and req.policy is None:
             self.uniform_policy()  # the space has a sampler, or this raises
-        states = req.states if req.states is not None else [current] * req.n
+        states = req.states if req.states is not None else [self._current()] * req.n
         parts = self.rollout_raw(states, req.actions, req.dt, req.horizon, policy=req.policy, seeds=req.seeds,
                                  return_all=req.return_all)
         return to_rollout_batch(self.observation_space, parts)

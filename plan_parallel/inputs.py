@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numbers
 from collections.abc import Callable, Sequence
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 import cloudpickle
 import numpy as np
@@ -256,13 +256,14 @@ def _check_action_array(
     if arr.dtype == object:
         raise TypeError(f"actions must be numeric for {space}, got an object array: {actions!r:.200}")
     k = len(lead)
+    shape = tuple(space.shape or ())
     if arr.shape == (0,) and isinstance(actions, (list, tuple)):
         # An empty list has no dtype nor trailing shape of its own.
         inner = tuple(d if d is not None else 0 for d in lead[1:])
-        arr = np.empty((0,) + inner + tuple(space.shape), dtype=np.int64 if bounds is not None else space.dtype)
+        arr = np.empty((0, *inner, *shape), dtype=np.int64 if bounds is not None else space.dtype)
     want = tuple(d if d is not None else (arr.shape[j] if arr.ndim > j else -1) for j, d in enumerate(lead))
-    if arr.shape != want + tuple(space.shape):
-        dims = [str(d) if d is not None else names[j] for j, d in enumerate(lead)] + [str(d) for d in space.shape]
+    if arr.shape != want + shape:
+        dims = [str(d) if d is not None else names[j] for j, d in enumerate(lead)] + [str(d) for d in shape]
         exp = f"({dims[0]},)" if len(dims) == 1 else f"({', '.join(dims)})"
         raise ValueError(f"actions for {space} must have shape {exp}, got shape {arr.shape}")
 
@@ -285,13 +286,14 @@ def _check_action_array(
         raise TypeError(f"actions for {space} must be numeric, got dtype {arr.dtype}")
     if arr.dtype.kind != "f":
         arr = arr.astype(space.dtype)
+    box = cast(spaces.Box, space)  # the array space without discrete bounds
     if arr.size:
         flat = arr.reshape(arr.shape[:k] + (-1,))
-        bad = ~np.isfinite(flat).all(axis=-1) | (flat < space.low.ravel()).any(axis=-1) | (
-            flat > space.high.ravel()
+        bad = ~np.isfinite(flat).all(axis=-1) | (flat < box.low.ravel()).any(axis=-1) | (
+            flat > box.high.ravel()
         ).any(axis=-1)
         if bad.any():
-            raise outside(bad, f" (low={space.low.tolist()}, high={space.high.tolist()})")
+            raise outside(bad, f" (low={box.low.tolist()}, high={box.high.tolist()})")
     return arr
 
 

@@ -75,14 +75,13 @@ def run_items(
     terms: list = [False] * n
     truncs: list = [False] * n
     infos: list = [None] * n
-    scalar_dt = isinstance(dt, int)
     i = 0
     try:
         for i in range(n):
             restore(states[i])
             if seeds is not None:
                 adapter.reseed(int(seeds[i]))
-            k = dt if scalar_dt else int(dt[i])
+            k = dt if isinstance(dt, int) else int(dt[i])
             if k == 1:  # the common case, without _act's call and loop (this is the hot path)
                 obs, r, term, trunc, info = step(actions[i])
                 rewards[i] = float(r)
@@ -172,7 +171,6 @@ def run_rollouts(
     infos: list = [None] * n
     all_states: list | None = [None] * n if return_all else None
     all_obs: list | None = [None] * n if return_all else None
-    scalar_dt = isinstance(dt, int)
     i = 0
     try:
         for i in range(n):
@@ -181,7 +179,7 @@ def run_rollouts(
             seed = None if seeds is None else int(seeds[i])
             if seed is not None:
                 adapter.reseed(seed)
-            k = dt if scalar_dt else int(dt[i])
+            k = dt if isinstance(dt, int) else int(dt[i])
             seq = actions[i] if actions is not None else None
             rng = item_rng(seed, start, first_index + i) if seq is None else None
             obs, row, taken_total = start.obs, rewards[i], 0
@@ -190,7 +188,7 @@ def run_rollouts(
             term = trunc = False
             info: dict = {}
             for t in range(horizon):
-                a = seq[t] if seq is not None else policy(obs, rng)  # type: ignore[misc]
+                a = seq[t] if seq is not None else policy(obs, rng)  # type: ignore[misc,arg-type]
                 obs, row[t], term, trunc, info, taken = _act(step, a, k)
                 taken_total += taken
                 if return_all:
@@ -264,7 +262,7 @@ class UniformPolicy:
     """
 
     def __init__(self, space: spaces.Space) -> None:
-        self.space = space
+        self.space: Any = space  # one of the spaces below: its sampler is picked by type
         if isinstance(space, spaces.Discrete):
             self._draw = self._discrete
         elif isinstance(space, spaces.MultiDiscrete):

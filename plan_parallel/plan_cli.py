@@ -150,15 +150,15 @@ def run_plan(args: argparse.Namespace) -> int:
         try:
             limit = args.max_steps or getattr(env.spec, "max_episode_steps", None)
             frames: list[Any] = []
-            for e in range(args.episodes):
+            for k in range(args.episodes):
                 bar = tqdm(
                     total=math.ceil(limit / planner.dt) if limit else None,
-                    desc=f"episode {e} (seed {args.seed + e})",
+                    desc=f"episode {k} (seed {args.seed + k})",
                     unit="decision",
                     disable=args.no_progress,
                 )
 
-                def on_decision(ep: Any, bar: Any = bar, record: bool = live is not None and e == 0) -> None:
+                def on_decision(ep: Any, bar: Any = bar, record: bool = live is not None and k == 0) -> None:
                     if record:
                         frames.append(live.gym_env.render())  # type: ignore[union-attr]
                     if ep.decisions:
@@ -167,7 +167,7 @@ def run_plan(args: argparse.Namespace) -> int:
 
                 with bar:
                     ep = run_episode(
-                        planner, env, seed=args.seed + e, max_steps=args.max_steps, live_env=live, callback=on_decision
+                        planner, env, seed=args.seed + k, max_steps=args.max_steps, live_env=live, callback=on_decision
                     )
                 episodes.append(ep)
             if live is not None:

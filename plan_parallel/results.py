@@ -96,11 +96,11 @@ def stack_observations(space: spaces.Space, obs: list) -> Any:
     """Stack N observations into the batched form of ``space``."""
     if isinstance(space, (spaces.Box, spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary)):
         if not obs:
-            return np.empty((0,) + tuple(space.shape), dtype=space.dtype)
+            return np.empty((0, *(space.shape or ())), dtype=space.dtype)
         return np.array(obs, dtype=space.dtype)
     from gymnasium.vector.utils import concatenate, create_empty_array
 
-    out = create_empty_array(space, n=len(obs))
+    out: Any = create_empty_array(space, n=len(obs))
     if not obs:
         return out  # concatenate cannot stack zero items
     return concatenate(space, obs, out)

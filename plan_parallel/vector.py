@@ -36,6 +36,7 @@ from plan_parallel.errors import ClosedError, StateError, WorkerTimeoutError
 from plan_parallel.inputs import check_states
 from plan_parallel.results import StepBatch
 from plan_parallel.state import State, get_state
+from plan_parallel.vector_infos import add_info
 from plan_parallel.vector_inputs import (
     check_autoreset_flags,
     check_indices,
@@ -49,6 +50,11 @@ from plan_parallel.vector_inputs import (
 __all__ = ["PlanVectorEnv", "Received", "make_vec"]
 
 _RECV_SLICE = 0.002  # seconds recv waits on one group before looking at the others again
+
+
+def empty_batch(space: Any, n: int, fn: Any = np.empty) -> Any:
+    """gymnasium's ``create_empty_array`` for ``n`` rows (typed: its stubs allow None, which it never returns)."""
+    return create_empty_array(space, n=n, fn=fn)
 
 
 class Received(NamedTuple):
@@ -77,15 +83,6 @@ class _Done:
 
     def result(self, timeout: float | None = None) -> Any:
         return self.value
-
-
-class _InfoMerger:
-    """gymnasium's ``VectorEnv._add_info`` for a batch of ``num_envs`` rows (recv returns k, not N)."""
-
-    _add_info = VectorEnv._add_info
-
-    def __init__(self, num_envs: int) -> None:
-        self.num_envs = num_envs
 
 
 class _Step(NamedTuple):
@@ -226,7 +223,7 @@ class PlanVectorEnv(VectorEnv):
         self._started = np.zeros(n, dtype=np.bool_)  # has a state (reset or set)
         self._all = np.arange(n)
         self._env_obs: list[Any] = [None] * n
-        self._observations = create_empty_array(self.single_observation_space, n=n, fn=np.zeros)  # copy=False
+        self._observations = empty_batch(self.single_observation_space, n, np.zeros)  # copy=False
         self._autoreset = np.zeros(n, dtype=np.bool_)
         self._pending: _Step | None = None  # step_async's step, until step_wait
         self._groups: list[_Step] = []  # send's steps in flight
@@ -318,11 +315,11 @@ class PlanVectorEnv(VectorEnv):
             self._observations = concatenate(space, self._env_obs, self._observations)
             return self._observations
         if step is None or not is_array_space(space):
-            return concatenate(space, self._env_obs, create_empty_array(space, n=self.num_envs))
+            return concatenate(space, self._env_obs, empty_batch(space, self.num_envs))
         if len(step.ids) == self.num_envs:
             out = batch.observations.copy()  # the batch's is read-only: its rows are the states' observations
         else:
-            out = create_empty_array(space, n=self.num_envs)
+            out = empty_batch(space, self.num_envs)
             if len(step.ids):
                 out[step.ids] = batch.observations
         reset = list(step.resets)
@@ -589,12 +586,11 @@ class PlanVectorEnv(VectorEnv):
         ids = [self._ready.popitem(last=False) for _ in range(k)]
         env_ids = np.array([i for i, _ in ids], dtype=np.int64)
         obs = concatenate(self.single_observation_space, [r[0] for _, r in ids],
-                          create_empty_array(self.single_observation_space, n=k))
-        merger = _InfoMerger(k)
+                          empty_batch(self.single_observation_space, k))
         infos: dict = {}
         for j, (_, r) in enumerate(ids):
             for info in r[4]:
-                infos = merger._add_info(infos, info, j)
+                infos = add_info(infos, info, j, k)
         return Received(obs, np.array([r[1] for _, r in ids], dtype=np.float64),
                         np.array([r[2] for _, r in ids], dtype=np.bool_),
                         np.array([r[3] for _, r in ids], dtype=np.bool_), infos, env_ids)

@@ -237,9 +237,10 @@ class BatchEnv:
     def step(self, action: Any, state: State | None = None, dt: int = 1) -> tuple:
         """Advance the current state (or ``state``) by ``action`` repeated ``dt`` times; the result becomes current."""
         self._check_open()
-        dt = check_dt(dt, 1)
-        if not isinstance(dt, int):
+        checked = check_dt(dt, 1)
+        if not isinstance(checked, int):
             raise TypeError(f"step takes one integer dt >= 1, got {dt!r}")
+        dt = checked
         action = check_action(self.action_space, action)
         if state is not None:
             check_kind(state, self.kind)
@@ -363,7 +364,10 @@ class BatchEnv:
     @staticmethod
     def _run_here(local: PlanEnv, job: Job) -> Any:
         if job.rollout is None:
-            states = job.states if job.states is not None else [job.start] * job.n
+            states = job.states
+            if states is None:
+                assert job.start is not None, "a job without states starts every item from its start"
+                states = [job.start] * job.n
             return local.step_batch_checked(job.actions, states, job.dt, job.seeds)
         return local.rollout_batch(job.states, job.actions, job.dt, horizon=job.rollout.horizon, policy=job.policy,
                                    seeds=job.seeds, return_all=job.rollout.return_all)

@@ -158,7 +158,7 @@ class _Categorical:
 
     def __init__(self, space: spaces.Discrete, horizon: int) -> None:
         self.n, self.start, self.horizon = int(space.n), int(space.start), horizon
-        self.shape = ()
+        self.shape: tuple[int, ...] = ()
 
     def initial(self) -> tuple[np.ndarray, ...]:
         return (np.full((self.horizon, self.n), 1.0 / self.n),)

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from plan_parallel.errors import StateError
-from plan_parallel.state.core import Adapter, State, _values_equal, bind
+from plan_parallel.state.core import Adapter, State, bind, values_equal
 
 __all__ = ["CheckResult", "CloneReport", "check_clonable", "run_checks"]
 
@@ -146,7 +146,7 @@ class _Runner:
 def _compare(name: str, truth: list[tuple], got: list[tuple]) -> CheckResult:
     for t, (a, b) in enumerate(zip(truth, got)):
         for k, fname in enumerate(_FIELDS):
-            if not _values_equal(a[k], b[k]):
+            if not values_equal(a[k], b[k]):
                 detail = ""
                 if fname == "state":
                     detail = f"state parts differing: {', '.join(a[k].diff(b[k]))}"
@@ -165,7 +165,7 @@ def _sample_actions(space: Any, n: int, seed: int) -> list:
     return [space.sample() for _ in range(n)]
 
 
-def _fresh_process_replay(factory: Callable[[], Any], adapter: Any, blob: bytes, actions: list, seed: int) -> tuple:
+def _fresh_process_replay(factory: Callable[[], Any], adapter: Any, blob: bytes, actions: list, seed: int) -> bytes:
     """Runs in a spawned process: restore a pickled state into a never-reset env and a reset env."""
     state = pickle.loads(blob)
     never = _Runner(factory, adapter)

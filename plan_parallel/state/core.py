@@ -27,10 +27,11 @@ __all__ = [
     "get_rng_state",
     "register_adapter",
     "set_rng_state",
+    "values_equal",
 ]
 
 
-def _values_equal(a: Any, b: Any) -> bool:
+def values_equal(a: Any, b: Any) -> bool:
     """Bitwise equality of plain data: arrays by dtype, shape and bytes; containers recursively."""
     if a is b:
         return True
@@ -40,14 +41,14 @@ def _values_equal(a: Any, b: Any) -> bool:
         if a.dtype != b.dtype or a.shape != b.shape:
             return False
         if a.dtype.hasobject:
-            return all(_values_equal(x, y) for x, y in zip(a.ravel(), b.ravel()))
+            return all(values_equal(x, y) for x, y in zip(a.ravel(), b.ravel()))
         return a.tobytes() == b.tobytes()
     if isinstance(a, (tuple, list)) and isinstance(b, (tuple, list)):
         return type(a) is type(b) and len(a) == len(b) and all(
-            _values_equal(x, y) for x, y in zip(a, b)
+            values_equal(x, y) for x, y in zip(a, b)
         )
     if isinstance(a, dict) and isinstance(b, dict):
-        return a.keys() == b.keys() and all(_values_equal(a[k], b[k]) for k in a)
+        return a.keys() == b.keys() and all(values_equal(a[k], b[k]) for k in a)
     if isinstance(a, float) and isinstance(b, float):
         return a.hex() == b.hex() if a == a or b == b else True  # NaN equals NaN here
     try:
@@ -140,11 +141,11 @@ class State:
             return NotImplemented
         return (
             self.kind == other.kind
-            and _values_equal(self.sim, other.sim)
-            and _values_equal(self.extra, other.extra)
-            and _values_equal(self.rng, other.rng)
-            and _values_equal(self.wrappers, other.wrappers)
-            and _values_equal(self.obs, other.obs)
+            and values_equal(self.sim, other.sim)
+            and values_equal(self.extra, other.extra)
+            and values_equal(self.rng, other.rng)
+            and values_equal(self.wrappers, other.wrappers)
+            and values_equal(self.obs, other.obs)
         )
 
     __hash__ = None  # type: ignore[assignment]  # states hold arrays: not hashable
@@ -153,7 +154,7 @@ class State:
         """Names of the fields that differ from ``other`` (empty when equal)."""
         out = []
         for name in self.__slots__:
-            if not _values_equal(getattr(self, name), getattr(other, name)):
+            if not values_equal(getattr(self, name), getattr(other, name)):
                 out.append(name)
         return out
 
@@ -168,7 +169,7 @@ class State:
 
 def get_rng_state(generator: np.random.Generator) -> dict:
     """The bit-generator state of ``generator`` (a fresh dict of Python ints)."""
-    return generator.bit_generator.state
+    return dict(generator.bit_generator.state)
 
 
 def set_rng_state(generator: np.random.Generator, state: dict) -> None:

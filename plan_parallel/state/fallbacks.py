@@ -34,7 +34,7 @@ class ActionLog:
     def __init__(self, parent: ActionLog | None, action: Any) -> None:
         self.parent = parent
         self.action = action
-        self.length = 1 if parent is None else parent.length + 1
+        self.length: int = 1 if parent is None else parent.length + 1
 
     def to_list(self) -> list:
         out = []
@@ -62,9 +62,9 @@ class ActionLog:
             return True
         if self.length != other.length:
             return False
-        from plan_parallel.state.core import _values_equal
+        from plan_parallel.state.core import values_equal
 
-        return _values_equal(self.to_list(), other.to_list())
+        return values_equal(self.to_list(), other.to_list())
 
     __hash__ = None  # type: ignore[assignment]
 

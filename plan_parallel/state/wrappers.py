@@ -265,5 +265,5 @@ def _empty_get() -> tuple:
     return ()
 
 
-def _noop_set(values: tuple) -> None:
+def _noop_set(v: tuple) -> None:
     return None

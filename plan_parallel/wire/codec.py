@@ -166,7 +166,9 @@ def _obs_rows(cols: dict[str, np.ndarray], listed: list | None, name: str) -> li
 class Gather(Protocol):
     """Absorbs chunk replies in any order; builds the batch's result in input order."""
 
-    total_steps: int
+    @property
+    def total_steps(self) -> int:
+        """Env steps of the chunks absorbed so far."""
 
     def absorb(self, lo: int, hi: int, reply: ChunkReply, cols: dict[str, np.ndarray]) -> None:
         """Copy chunk lo..hi's results out of ``cols`` (slab views, reused after this returns)."""
@@ -211,7 +213,7 @@ class StepGather:
                 for a, b in self.ranges:
                     self.obs_list[a:b] = list(self.obs_arr[a:b])
             self.obs_arr = None
-        self.obs_list[lo:hi] = list(column.copy()) if column is not None else rows  # type: ignore[arg-type]
+        self.obs_list[lo:hi] = list(column.copy()) if column is not None else list(rows or [])
 
     def absorb(self, lo: int, hi: int, reply: ChunkReply, cols: dict[str, np.ndarray]) -> None:
         m = hi - lo

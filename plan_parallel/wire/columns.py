@@ -104,12 +104,12 @@ def unpack_infos(packed: Any, n: int) -> list[dict]:
 OUTCOMES = ("rewards", "terminations", "truncations", "n_steps")
 
 
-def pack_outcomes(w: ArrayWriter, **arrays: np.ndarray) -> dict[str, np.ndarray | None]:
+def pack_outcomes(w: ArrayWriter, **arrays: np.ndarray) -> dict[str, Any]:
     """The :data:`OUTCOMES` arrays for a :class:`ChunkReply`: None for each one written to ``w``'s slab."""
     return {k: None if w.put_array(k, v) else v for k, v in arrays.items()}
 
 
 def unpack_outcomes(reply: ChunkReply, cols: dict[str, np.ndarray]) -> ChunkReply:
     """``reply`` with the :data:`OUTCOMES` that travelled in the slab put back from ``cols``."""
-    moved = {k: cols[k] for k in OUTCOMES if getattr(reply, k) is None}
+    moved: dict[str, Any] = {k: cols[k] for k in OUTCOMES if getattr(reply, k) is None}
     return dataclasses.replace(reply, **moved) if moved else reply

@@ -45,7 +45,8 @@ class Slab:
         self._mmap: mmap.mmap | None = None
         if create:
             self._shm = shared_memory.SharedMemory(name=name, create=True, size=size)
-            self.buf = self._shm.buf
+            assert self._shm.buf is not None
+            self.buf: memoryview = self._shm.buf
         else:
             # Attach without the resource tracker: the parent owns the segment.
             import _posixshmem
@@ -145,18 +146,18 @@ class ArrayWriter:
 
         False if a row is not bytes or the slab has no room. :func:`blobs` reads them back.
         """
-        if not rows or not all(type(r) is bytes for r in rows):
+        slab = self.slab
+        if slab is None or not rows or not all(type(r) is bytes for r in rows):
             return False
         ends = np.cumsum([len(r) for r in rows], dtype=np.int64)
         at_ends = self._reserve(ends.nbytes)
         at_data = None if at_ends is None else self._reserve(int(ends[-1]))
         if at_ends is None or at_data is None:
             return False
-        self.slab.array(at_ends, ends.dtype, ends.shape)[...] = ends  # type: ignore[union-attr]
-        buf = self.slab.buf  # type: ignore[union-attr]
+        slab.array(at_ends, ends.dtype, ends.shape)[...] = ends
         start = at_data
         for r in rows:
-            buf[start:start + len(r)] = r
+            slab.buf[start:start + len(r)] = r
             start += len(r)
         self.layout[name + ":ends"] = (at_ends, ends.dtype.str, ends.shape)
         self.layout[name + BLOB_BYTES] = (at_data, "|u1", (int(ends[-1]),))

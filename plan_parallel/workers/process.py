@@ -27,6 +27,7 @@ import threading
 import time
 from collections.abc import Iterator, Sequence
 from multiprocessing.connection import Connection
+from typing import Any
 
 from plan_parallel.wire.messages import Call, Op, Reply
 from plan_parallel.wire.slabs import PROTOCOL
@@ -66,7 +67,7 @@ def _main_not_rerun() -> Iterator[None]:
     never need ``__main__``: it is hidden while the process starts.
     """
     main = sys.modules.get("__main__")
-    saved = {k: main.__dict__[k] for k in ("__file__", "__spec__") if main is not None and k in main.__dict__}
+    saved: dict[str, Any] = {k: main.__dict__[k] for k in ("__file__", "__spec__") if main is not None and k in main.__dict__}
     try:
         for k in saved:
             if k == "__spec__":
@@ -111,7 +112,7 @@ class ExternalProcess:
 
     def __init__(self, index: int, blob: bytes, context: str) -> None:
         self.index = index
-        ctx = mp.get_context(context)
+        ctx: Any = mp.get_context(context)  # a start method's context: typeshed's BaseContext lacks Process
         self.conn, child = ctx.Pipe(duplex=True)
         # The kernel may kill a worker when the *thread* that forked it ends: only
         # when that thread lives as long as the parent (the forkserver, or the main thread).

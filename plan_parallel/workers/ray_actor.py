@@ -57,6 +57,7 @@ class _Actor:
         call: Call = pickle.loads(data)
         if shared:
             call = replace(call, args=tuple(shared[a.index] if isinstance(a, SharedArg) else a for a in call.args))
+        assert self.server is not None, "an actor whose env failed to build answers no calls"
         return _pack(answer(self.server, call))
 
 
