@@ -150,9 +150,7 @@ def bench_inline(repeats: int, quick: bool) -> list[str]:
 def _to_native(env_id: str, pe: Any, state: Any) -> Any:
     """The value the family's native getter would return for ``state``."""
     if env_id.startswith("ALE/"):
-        import ale_py
-
-        return ale_py.ALEState(state.sim)  # serialized; valid in any env of the same game
+        return state.sim  # an ale_py.ALEState, valid in any env of the same game
     pe.set_state(state)
     return NATIVE[env_id](pe.gym_env)[0]()
 

@@ -4,7 +4,7 @@ Recipes follow the measured survey (``shared/research/state_cloning.md``):
 
 - classic control: the simulator state array, hidden fields, the RNG;
 - toy text: every field ``step`` reads, the RNG;
-- ALE: ``cloneState(include_rng=True)`` / ``restoreState``, kept serialized (bytes);
+- ALE: ``cloneState(include_rng=True)`` / ``restoreState`` (serialized to bytes to travel);
 - MuJoCo: ``mj_getState(mjSTATE_INTEGRATION)`` plus ``xpos``/``xipos`` (read by
   Ant and Humanoid before ``mj_step``), restored without ``mj_forward``.
 
@@ -19,8 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from plan_parallel.errors import StateError
-from plan_parallel.state.core import Adapter, register_adapter
+from plan_parallel.state.core import Adapter, register_adapter, register_sim_blobs
 
 __all__ = ["AleAdapter", "ClassicControlAdapter", "MujocoAdapter", "ToyTextAdapter"]
 
@@ -143,16 +142,8 @@ for _name in ToyTextAdapter.FIELDS:
 
 
 # --------------------------------------------------------------------------- ALE
-# Where a serialized ALEState holds the length and hex MD5 of its ROM (seen in ale-py 0.12).
-ROM_TAG = slice(28, 64)
-
-
 class AleAdapter(Adapter):
     """``ale.cloneState(include_rng=True)``: RAM, CPU, TIA, frame counters and ALE's RNG.
-
-    Kept serialized (``ALEState.serialize()``, ~14 KB of bytes): a plain value
-    that compares, hashes and pickles as itself and travels to workers through
-    shared memory; turning it back into an ``ALEState`` costs ~1 us.
 
     The env's ``np_random`` is kept too (stochastic frameskip draws from it). ALE
     settings (sticky probability, frameskip, obs type) are not in the state: a
@@ -180,9 +171,6 @@ class AleAdapter(Adapter):
         import ale_py
 
         self._state_type = ale_py.ALEState
-        tag = self._ale.cloneState().serialize()[ROM_TAG]
-        # Checked only where the layout is the one known (a length of 32, then 32 hex digits).
-        self._rom_tag = tag if tag[:4] == b"\x20\x00\x00\x00" and tag[4:].isalnum() else None
         self._noop = ale_py.Action.NOOP
         if "_pp_sticky_p" not in u.__dict__:
             p = float(self._ale.getFloat("repeat_action_probability"))
@@ -198,20 +186,15 @@ class AleAdapter(Adapter):
         return type(unwrapped).__module__.startswith("ale_py") and hasattr(unwrapped, "ale")
 
     def get_sim(self) -> tuple[Any, Any]:
-        return self._ale.cloneState(include_rng=True).serialize(), self.u._pp_sticky_prev
+        return self._ale.cloneState(include_rng=True), self.u._pp_sticky_prev
 
     def set_sim(self, sim: Any, extra: Any) -> None:
-        try:
-            self._ale.restoreState(self._state_type(sim))
-        except Exception as e:  # ALE's deserializer fails on damaged bytes (as a SystemError)
-            raise StateError(f"malformed ale state: ALE could not restore it ({type(e).__name__})") from None
+        self._ale.restoreState(sim)
         self.u._pp_sticky_prev = extra
 
     def check_sim(self, sim: Any) -> str | None:
-        if type(sim) is not bytes:
-            return f"expected a serialized ale_py.ALEState (bytes), got {type(sim).__name__}"
-        if self._rom_tag is not None and sim[ROM_TAG] != self._rom_tag:
-            return "these bytes are not an ALEState of this game (its ROM's digest is not in them)"
+        if not isinstance(sim, self._state_type):
+            return f"expected an ale_py.ALEState, got {type(sim).__name__}"
         return None
 
 
@@ -269,6 +252,16 @@ def _sticky_step(u: Any, action: Any) -> tuple:
 
 
 register_adapter(AleAdapter)
+
+
+def _ale_state(data: bytes) -> Any:
+    import ale_py
+
+    return ale_py.ALEState(data)
+
+
+# An ALEState travels to and from workers as its serialization (~14 KB), through shared memory.
+register_sim_blobs("ale", lambda sim: sim.serialize(), _ale_state)
 
 
 # --------------------------------------------------------------------------- MuJoCo

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from plan_parallel.state import State
+from plan_parallel.state.core import sim_blobs
 from plan_parallel.wire.messages import ChunkReply
 from plan_parallel.wire.slabs import ArrayWriter, blobs
 
@@ -28,8 +29,10 @@ def pack_states(states: Sequence[State], w: ArrayWriter, prefix: str, with_obs: 
         "rng": [s.rng for s in states],
         "wrappers": [s.wrappers for s in states],
     }
-    if not (w.put_rows(prefix + "sim", sims) or w.put_blobs(prefix + "sim", sims)):
-        rest["sim"] = sims
+    if not w.put_rows(prefix + "sim", sims):
+        codec = sim_blobs(rest["kind"])
+        if codec is None or not w.put_blobs(prefix + "sim", [codec.to_bytes(s) for s in sims]):
+            rest["sim"] = sims
     if with_obs:
         obs = [s.obs for s in states]
         if not w.put_rows(prefix + "obs", obs):
@@ -42,9 +45,9 @@ def unpack_states(rest: dict[str, Any], cols: dict[str, np.ndarray], prefix: str
     kind = rest["kind"]
     sims = rest.get("sim")
     if sims is None:
-        sims = blobs(cols, prefix + "sim")
-    if sims is None:
-        sims = list(cols[prefix + "sim"])
+        raw = blobs(cols, prefix + "sim")
+        codec = sim_blobs(kind)
+        sims = list(cols[prefix + "sim"]) if raw is None or codec is None else [codec.from_bytes(b) for b in raw]
     obs = rest.get("obs")
     if obs is None:
         obs = list(cols[prefix + "obs"]) if prefix + "obs" in cols else [None] * n
