@@ -55,16 +55,21 @@ def _cmd_plan(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from plan_parallel import __version__
+
     p = argparse.ArgumentParser(prog="plan-parallel", description="Parallel (state, action, dt) rollouts of gymnasium envs.")
+    p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
+    defaults = argparse.ArgumentDefaultsHelpFormatter
 
     from plan_parallel.plan_cli import add_plan_arguments
 
-    pl = sub.add_parser("plan", help="run a planner (MCTS, random shooting) on an env and report returns and speed")
+    pl = sub.add_parser("plan", formatter_class=defaults,
+                        help="run a planner (MCTS, random shooting, beam search) on an env; report returns and speed")
     add_plan_arguments(pl)
     pl.set_defaults(func=_cmd_plan)
 
-    c = sub.add_parser("check", help="prove or refute bit-identical replay from saved states")
+    c = sub.add_parser("check", formatter_class=defaults, help="prove or refute bit-identical replay from saved states")
     c.add_argument("env", nargs="+", help="gymnasium env id(s), e.g. CartPole-v1 ALE/Pong-v5")
     c.add_argument("--kw", action="append", default=[], metavar="KEY=VALUE", help="env kwarg (repeatable)")
     c.add_argument("--seed", type=int, default=0)
@@ -74,19 +79,25 @@ def build_parser() -> argparse.ArgumentParser:
 
     from plan_parallel.bench import add_bench_arguments
 
-    b = sub.add_parser("bench", help="throughput of the backends against a hand-written loop")
+    b = sub.add_parser("bench", formatter_class=defaults, help="throughput of the backends against a hand-written loop")
     add_bench_arguments(b)
     b.set_defaults(func=_cmd_bench)
     return p
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command; a user's mistake is one line on stderr and exit code 2, Ctrl-C exit code 130."""
+    import gymnasium as gym
+
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args))
-    except ValueError as e:
+    except (ValueError, gym.error.Error) as e:
         print(f"plan-parallel: error: {e}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print("plan-parallel: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

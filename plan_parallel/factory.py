@@ -4,7 +4,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["EnvFactory"]
+__all__ = ["EnvFactory", "check_env_id"]
 
 
 def _register_third_party_envs(env_id: str) -> None:
@@ -18,6 +18,19 @@ def _register_third_party_envs(env_id: str) -> None:
         import minigrid  # noqa: F401 - registers its envs on import
 
 
+def check_env_id(env_id: str) -> None:
+    """Fail now, in this process, on an env id gymnasium does not know (before any worker starts).
+
+    Raises:
+        gymnasium.error.UnregisteredEnv: its subclasses name what is unknown, with gymnasium's
+            "Did you mean" hint.
+    """
+    import gymnasium as gym
+
+    _register_third_party_envs(env_id)
+    gym.spec(env_id)
+
+
 class EnvFactory:
     """A picklable recipe for a gymnasium env: an env id or a callable, plus kwargs.
 
@@ -29,6 +42,8 @@ class EnvFactory:
     def __init__(self, env: str | Callable[..., Any], env_kwargs: dict[str, Any] | None = None) -> None:
         if not (isinstance(env, str) or callable(env)):
             raise TypeError(f"env must be a gymnasium env id (str) or a callable returning an env, got {env!r:.100}")
+        if isinstance(env, str):
+            check_env_id(env)
         self.env = env
         self.env_kwargs = dict(env_kwargs or {})
 

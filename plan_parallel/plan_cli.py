@@ -25,12 +25,14 @@ _ANIMATION_SUFFIXES = (".gif", ".mp4")
 
 def add_plan_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("env", help="gymnasium env id, e.g. CartPole-v1, MountainCar-v0, ALE/Pong-v5")
-    p.add_argument("--planner", choices=["mcts", "shooting", "beam"], default="mcts")
+    p.add_argument("--planner", choices=["mcts", "shooting", "beam"], default="mcts",
+                   help="mcts (UCT tree search), shooting (random shooting / CEM) or beam (beam search)")
     p.add_argument("--budget", type=int,
                    help="simulations (mcts) or sequences (shooting) per decision, or beam width (beam)")
     p.add_argument("--workers", type=int, default=2, help="worker processes (process and ray backends)")
-    p.add_argument("--backend", choices=["inline", "process", "ray"], default="process")
-    p.add_argument("--episodes", type=int, default=1)
+    p.add_argument("--backend", choices=["inline", "process", "ray"], default="process",
+                   help="where the items run: this process, worker processes, or Ray actors")
+    p.add_argument("--episodes", type=int, default=1, help="episodes to plan, one after the other")
     p.add_argument("--seed", type=int, default=0, help="episode e uses seed + e (env reset and planner)")
     p.add_argument("--max-steps", type=int, help="stop an episode after this many env steps")
     p.add_argument("--dt", type=int, help="action repeat: env steps per decision and per tree/rollout step")
@@ -127,10 +129,12 @@ def run_plan(args: argparse.Namespace) -> int:
 
     import plan_parallel as pp
     from plan_parallel.cli import parse_env_kwargs
+    from plan_parallel.factory import check_env_id
     from plan_parallel.planners import run_episode
     from plan_parallel.planners.presets import make_planner
 
     _check_args(args)
+    check_env_id(args.env)  # a typo is one line, before any worker starts
     env_kwargs = parse_env_kwargs(args.kw)
     try:
         planner = make_planner(args.planner, args.env, **_planner_params(args))
@@ -139,8 +143,13 @@ def run_plan(args: argparse.Namespace) -> int:
     n_workers = None if args.backend == "inline" else args.workers
     workers = "" if n_workers is None else f", workers={n_workers}"
     print(f"{planner} on {args.env}, backend={args.backend}{workers}", flush=True)
-    episodes = []
-    with pp.make(args.env, backend=args.backend, n_workers=n_workers, **env_kwargs) as env:
+    episodes: list[Any] = []
+    try:
+        env = pp.make(args.env, backend=args.backend, n_workers=n_workers, **env_kwargs)
+    except TypeError as e:  # gymnasium.make refusing the kwargs (raised in the worker that built it)
+        kw = ", ".join(args.kw) or "no kwargs"
+        raise ValueError(f"cannot build {args.env} with {kw}: {str(e).splitlines()[0]}") from e
+    with env:
         if args.planner in ("mcts", "beam") and not isinstance(env.action_space, spaces.Discrete):
             raise ValueError(f"{args.planner} needs a Discrete action space, {args.env} has {env.action_space}; "
                              "try --planner shooting")
@@ -165,10 +174,16 @@ def run_plan(args: argparse.Namespace) -> int:
                         bar.update(1)
                         bar.set_postfix(ret=f"{ep.episode_return:.1f}", refresh=False)
 
-                with bar:
-                    ep = run_episode(
-                        planner, env, seed=args.seed + k, max_steps=args.max_steps, live_env=live, callback=on_decision
-                    )
+                try:
+                    with bar:
+                        ep = run_episode(planner, env, seed=args.seed + k, max_steps=args.max_steps, live_env=live,
+                                         callback=on_decision)
+                except KeyboardInterrupt:
+                    print(f"interrupted during episode {k}" + (": the episodes finished so far" if episodes else ""),
+                          flush=True)
+                    if episodes:
+                        print(summarize(episodes), flush=True)
+                    return 130
                 episodes.append(ep)
             if live is not None:
                 fps = live.gym_env.metadata.get("render_fps") or 30
