@@ -214,17 +214,29 @@ class PlanEnv:
         return self._batch(actions, states, dt, seeds)
 
     def step_batch_checked(
-        self, actions: Any, states: Sequence[State], dt: int | np.ndarray, seeds: np.ndarray | None = None
+        self,
+        actions: Any,
+        states: Sequence[State],
+        dt: int | np.ndarray,
+        seeds: np.ndarray | None = None,
+        index_errors: bool = True,
     ) -> StepBatch:
         """:meth:`step_batch` for inputs already in canonical form (see :mod:`plan_parallel.inputs`).
 
         For a caller that has run the same checks (the parallel backends, when they
         run a batch in this process): only the states' simulator parts are checked again.
+        A malformed state's error names its index unless ``index_errors`` is False
+        (for :meth:`step`'s one state).
         """
         self._check_open()
         validate = self._adapter.validate
-        for s in states:
-            validate(s)
+        for i, s in enumerate(states):
+            try:
+                validate(s)
+            except StateError as exc:  # worded as check_states words it
+                if not index_errors:
+                    raise
+                raise StateError(f"states[{i}]: {exc}") from None
         return self._batch(actions, states, dt, seeds)
 
     def _batch(self, actions: Any, states: Sequence[State], dt: int | np.ndarray, seeds: np.ndarray | None) -> StepBatch:

@@ -18,6 +18,7 @@ from plan_parallel.errors import StateError
 from plan_parallel.state import State
 
 __all__ = [
+    "MAX_DT",
     "RolloutRequest",
     "check_action",
     "check_action_sequences",
@@ -60,6 +61,9 @@ class RolloutRequest(NamedTuple):
     return_all: bool
 
 
+MAX_DT = 2**62  # far beyond any episode, and int64 on every backend
+
+
 def _is_int(x: Any) -> bool:
     return isinstance(x, (numbers.Integral, np.integer)) and not isinstance(x, (bool, np.bool_))
 
@@ -77,6 +81,8 @@ def check_dt(dt: Any, n: int) -> int | np.ndarray:
     if _is_int(dt):
         if dt < 1:
             raise ValueError(f"dt must be an integer >= 1 (or integers >= 1 with shape ({n},)), got {dt!r}")
+        if dt > MAX_DT:
+            raise ValueError(f"dt must be at most 2**62 (far beyond any episode), got {dt!r}")
         return int(dt)
     if isinstance(dt, (list, tuple, np.ndarray)):
         arr = np.asarray(dt)
@@ -88,6 +94,8 @@ def check_dt(dt: Any, n: int) -> int | np.ndarray:
             raise ValueError(f"dt must be integers >= 1 with shape ({n},), got shape {arr.shape}: {dt!r:.200}")
         if n and arr.min() < 1:
             raise ValueError(f"dt must be integers >= 1 with shape ({n},), got {dt!r:.200}")
+        if n and arr.max() > MAX_DT:
+            raise ValueError(f"dt must be at most 2**62 (far beyond any episode), got {dt!r:.200}")
         return arr.astype(np.int64, copy=False)
     raise TypeError(f"dt must be an integer >= 1 or integers >= 1 with shape ({n},), got {type(dt).__name__}: {dt!r:.200}")
 
@@ -182,8 +190,8 @@ def _discrete_bounds(space: spaces.Space) -> tuple[Any, Any] | None:
 def check_actions(space: spaces.Space, actions: Any, n: int | None = None) -> Any:
     """Validate a batch of actions against ``space`` and return it in canonical form.
 
-    Discrete, MultiDiscrete and MultiBinary actions become an int64 array of shape
-    ``(N, *space.shape)``; Box actions a float array of shape ``(N, *space.shape)``
+    Discrete, MultiDiscrete and MultiBinary actions become an array of the space's
+    dtype (what ``space.contains`` accepts), shape ``(N, *space.shape)``; Box actions a float array of shape ``(N, *space.shape)``
     (float32/float64 kept as given, integers cast to the space's dtype); other
     spaces a list of N items.
 
@@ -245,7 +253,7 @@ def check_action_sequences(space: spaces.Space, actions: Any, n: int | None, hor
 
 
 def _check_action_array(
-    space: spaces.Space, actions: Any, lead: tuple[int | None, ...], names: tuple[str, ...]
+    space: spaces.Space, actions: Any, lead: tuple[int | None, ...], names: tuple[str, ...], single: bool = False
 ) -> np.ndarray:
     """Canonical actions of an array space, shape ``(*lead, *space.shape)`` (None in ``lead``: any size)."""
     bounds = _discrete_bounds(space)
@@ -254,7 +262,10 @@ def _check_action_array(
     except (ValueError, TypeError) as exc:
         raise TypeError(f"actions must be array-like for {space}, got {type(actions).__name__}: {exc}") from exc
     if arr.dtype == object:
-        raise TypeError(f"actions must be numeric for {space}, got an object array: {actions!r:.200}")
+        hint = ""
+        if any(isinstance(a, State) for a in arr.ravel()[:8]):
+            hint = " of State: step_batch takes (actions, states), rollout_batch takes (states, actions)"
+        raise TypeError(f"actions must be numeric for {space}, got an object array{hint}: {actions!r:.200}")
     k = len(lead)
     shape = tuple(space.shape or ())
     if arr.shape == (0,) and isinstance(actions, (list, tuple)):
@@ -263,6 +274,8 @@ def _check_action_array(
         arr = np.empty((0, *inner, *shape), dtype=np.int64 if bounds is not None else space.dtype)
     want = tuple(d if d is not None else (arr.shape[j] if arr.ndim > j else -1) for j, d in enumerate(lead))
     if arr.shape != want + shape:
+        if single:
+            raise ValueError(f"an action for {space} must have shape {shape}, got shape {arr.shape[1:]}: {actions[0]!r:.200}")
         dims = [str(d) if d is not None else names[j] for j, d in enumerate(lead)] + [str(d) for d in shape]
         exp = f"({dims[0]},)" if len(dims) == 1 else f"({', '.join(dims)})"
         raise ValueError(f"actions for {space} must have shape {exp}, got shape {arr.shape}")
@@ -271,19 +284,20 @@ def _check_action_array(
         """The error naming the first item (or [item, step]) with a bad value in ``bad`` (shape ``lead``)."""
         idx = tuple(int(x) for x in np.argwhere(bad)[0])
         where = str(idx[0]) if k == 1 else f"[{', '.join(map(str, idx))}]"
-        return ValueError(f"action {where} is outside {space}{bounds_text}: {arr[idx]!r}")
+        if single:
+            return ValueError(f"action {arr[idx].tolist()!r} is outside {space}{bounds_text}")
+        return ValueError(f"action {where} is outside {space}{bounds_text}: {arr[idx].tolist()!r}")
 
     if bounds is not None:
         if arr.dtype.kind not in "iu" and arr.dtype != np.bool_:
-            raise TypeError(f"actions for {space} must be integers, got dtype {arr.dtype}")
-        arr = arr.astype(np.int64, copy=False)
+            raise TypeError(f"{'an action' if single else 'actions'} for {space} must be integers, got dtype {arr.dtype}")
         lo, hi = bounds
         bad = (arr < lo) | (arr >= hi)
         if bad.any():
             raise outside(bad.reshape(arr.shape[:k] + (-1,)).any(axis=-1))
-        return arr
+        return arr.astype(space.dtype, copy=False)  # the dtype space.contains accepts
     if arr.dtype.kind not in "fiub":
-        raise TypeError(f"actions for {space} must be numeric, got dtype {arr.dtype}")
+        raise TypeError(f"{'an action' if single else 'actions'} for {space} must be numeric, got dtype {arr.dtype}")
     if arr.dtype.kind != "f":
         arr = arr.astype(space.dtype)
     box = cast(spaces.Box, space)  # the array space without discrete bounds
@@ -301,7 +315,7 @@ def check_action(space: spaces.Space, action: Any) -> Any:
     """Validate one action (as :func:`check_actions` does for a batch); returns it canonical."""
     bounds = _discrete_bounds(space)
     if bounds is not None or isinstance(space, spaces.Box):
-        return check_actions(space, np.asarray(action)[None], 1)[0]
+        return _check_action_array(space, np.asarray(action)[None], (1,), ("N",), single=True)[0]
     if not space.contains(action):
         raise ValueError(f"action is outside {space}: {action!r:.200}")
     return action
@@ -322,8 +336,11 @@ def check_states(states: Any, kind: str, n: int | None, validate: Any) -> Sequen
         StateError: an item is not a state of this env.
     """
     if isinstance(states, (State, np.ndarray, str, bytes)) or not hasattr(states, "__len__"):
+        hint = ""
+        if isinstance(states, np.ndarray):
+            hint = " (step_batch takes (actions, states), rollout_batch takes (states, actions))"
         raise TypeError(
-            f"states must be a sequence of {'N' if n is None else n} State (or None), got {type(states).__name__}"
+            f"states must be a sequence of {'N' if n is None else n} State (or None), got {type(states).__name__}{hint}"
         )
     if n is not None and len(states) != n:
         raise ValueError(f"expected {n} states (one per action), got {len(states)}")

@@ -206,12 +206,16 @@ class BatchEnv:
     def set_state(self, state: State) -> None:
         """Make ``state`` current (sent to workers lazily, when a batch starts from it).
 
+        The state is checked here, as the inline backend checks it (by an env built
+        in this process once, the one batches run here use).
+
         Raises:
-            StateError: ``state`` belongs to another env.
+            StateError: ``state`` belongs to another env or is malformed.
         """
         self._check_open()
         check_kind(state, self.kind)
-        self._set_current(state)
+        self._ensure_local().set_state(state)
+        self._state = state
 
     def sync_states(self, state: State) -> None:
         """Make ``state`` current on every worker now (pickled once).
@@ -368,7 +372,7 @@ class BatchEnv:
             if states is None:
                 assert job.start is not None, "a job without states starts every item from its start"
                 states = [job.start] * job.n
-            return local.step_batch_checked(job.actions, states, job.dt, job.seeds)
+            return local.step_batch_checked(job.actions, states, job.dt, job.seeds, job.index_errors)
         return local.rollout_batch(job.states, job.actions, job.dt, horizon=job.rollout.horizon, policy=job.policy,
                                    seeds=job.seeds, return_all=job.rollout.return_all)
 

@@ -235,6 +235,13 @@ class Adapter:
         """Why ``sim`` cannot belong to this env (None if it looks right). Cheap."""
         return None
 
+    def check_extra(self, extra: Any) -> str | None:
+        """Why ``extra`` cannot belong to this env (None if it looks right). Cheap.
+
+        The base class's :meth:`get_sim` keeps no hidden fields: ``extra`` is None.
+        """
+        return None if extra is None else f"expected extra None (this env keeps no hidden fields), got {extra!r:.200}"
+
     # --- hooks for adapters that must see resets and steps ---------------------------
     def reset(self, seed: int | None, options: dict | None) -> tuple[Any, dict]:
         """Reset the env; returns ``(obs, info)``."""
@@ -317,11 +324,27 @@ class Adapter:
                 "(another env family, env class or wrapper stack)"
             )
         why = self.check_sim(state.sim)
+        if why is None:
+            why = self._check_rest(state)
         if why is not None:
             raise StateError(f"malformed {self.name} state: {why}")
 
+    def _check_rest(self, state: State) -> str | None:
+        """Why the state's extra, rng or wrapper fields cannot belong to this env (None if they look right)."""
+        w = state.wrappers
+        if type(w) is not tuple or len(w) != self.wrappers.n_stateful:
+            return f"expected wrappers as a tuple of {self.wrappers.n_stateful} values, got {w!r:.200}"
+        rng = state.rng
+        if rng is not None and rng is not self._rng_known and not _is_rng_state(rng):
+            return f"expected rng as None or a numpy bit generator's state dict, got {rng!r:.200}"
+        return self.check_extra(state.extra)
+
     def restore(self, state: State) -> None:
-        """Restore ``state`` into the env (assumes :meth:`validate` passed)."""
+        """Restore ``state`` into the env (assumes :meth:`validate` passed).
+
+        Raises:
+            StateError: the wrappers' values do not fit this env's wrappers.
+        """
         self.set_sim(state.sim, state.extra)
         rng = state.rng
         if rng is not None and not (rng is self._rng_known and not self._draws):
@@ -330,11 +353,25 @@ class Adapter:
                 gen = self.u._np_random = np.random.Generator(getattr(np.random, rng["bit_generator"])())
             gen.bit_generator.state = rng
         self._rng_known = rng
-        self.wrappers.set(state.wrappers)
+        try:
+            self.wrappers.set(state.wrappers)
+        except Exception as exc:  # validate checked their number, not what each wrapper accepts
+            raise StateError(
+                f"malformed {self.name} state: wrapper values {state.wrappers!r:.200} do not fit the wrappers "
+                f"{self.wrappers.names}: {type(exc).__name__}: {exc}"
+            ) from exc
 
 
 _REGISTRY: list[tuple[type, type[Adapter]]] = []
 _CHAIN: list[type[Adapter]] = []  # adapters consulted by accepts(), in order
+
+
+def _is_rng_state(rng: Any) -> bool:
+    """Whether ``rng`` looks like ``np.random.<BitGenerator>().state``."""
+    if type(rng) is not dict or not isinstance(rng.get("state"), dict):
+        return False
+    gen = getattr(np.random, str(rng.get("bit_generator")), None)
+    return isinstance(gen, type) and issubclass(gen, np.random.BitGenerator)
 
 
 def register_adapter(adapter: type[Adapter], env_class: type | None = None) -> type[Adapter]:

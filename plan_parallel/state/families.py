@@ -14,6 +14,7 @@ The adapters tried after these (action replay, user methods, a pickle) are in
 from __future__ import annotations
 
 import functools
+import numbers
 import sys
 from typing import Any
 
@@ -87,6 +88,15 @@ class ClassicControlAdapter(Adapter):
     def set_sim(self, sim: Any, extra: Any) -> None:
         self.u.state = sim
         self._set_extra(extra)
+
+    def check_extra(self, extra: Any) -> str | None:
+        names = self.EXTRA[type(self.u).__name__]
+        if not names:
+            return super().check_extra(extra)
+        # CartPole's steps_beyond_terminated (an int), Pendulum's last_u (a float, or an array of one).
+        if extra is None or isinstance(extra, (numbers.Real, np.ndarray)):
+            return None
+        return f"expected extra as {names[0]} (None or a number), got {extra!r:.200}"
 
     def check_sim(self, sim: Any) -> str | None:
         # The dtype may be float32 or float64 (some envs switch between reset and step).
@@ -195,6 +205,12 @@ class AleAdapter(Adapter):
     def check_sim(self, sim: Any) -> str | None:
         if not isinstance(sim, self._state_type):
             return f"expected an ale_py.ALEState, got {type(sim).__name__}"
+        return None
+
+    def check_extra(self, extra: Any) -> str | None:
+        # The previous (action, strength) that sticky actions repeat.
+        if type(extra) is not tuple or len(extra) != 2 or not isinstance(extra[1], float):
+            return f"expected extra as the sticky (action, strength) pair, got {extra!r:.200}"
         return None
 
 

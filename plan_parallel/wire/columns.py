@@ -31,7 +31,11 @@ def pack_states(states: Sequence[State], w: ArrayWriter, prefix: str, with_obs: 
     }
     if not w.put_rows(prefix + "sim", sims):
         codec = sim_blobs(rest["kind"])
-        if codec is None or not w.put_blobs(prefix + "sim", [codec.to_bytes(s) for s in sims]):
+        try:
+            blobs_ = None if codec is None else [codec.to_bytes(s) for s in sims]
+        except Exception:  # a malformed state: pickled as given, for the worker's check to name it
+            blobs_ = None
+        if blobs_ is None or not w.put_blobs(prefix + "sim", blobs_):
             rest["sim"] = sims
     if with_obs:
         obs = [s.obs for s in states]
