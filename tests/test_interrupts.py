@@ -23,7 +23,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +39,19 @@ from tests.envs import CounterEnv, FaultyEnv
 from tests.envs_faults import SlowEnv
 from tests.helpers import assert_batches_equal
 
-pytestmark = pytest.mark.usefixtures("no_leaks_module", "no_leaks")
+pytestmark = pytest.mark.usefixtures("no_leaks_module", "no_leaks", "ctrl_c_raises")
+
+
+@pytest.fixture
+def ctrl_c_raises() -> Iterator[None]:
+    """SIGINT raises KeyboardInterrupt during the test, as in Python started from a terminal.
+
+    A test run started with SIGINT ignored (a background job of a shell without
+    job control, as some CI runners start it) would otherwise keep it ignored.
+    """
+    old = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, old)
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = str(ROOT / "plan_parallel")
@@ -235,6 +247,8 @@ def test_interruption_table_under_python_O(tmp_path: Path) -> None:
         "import numpy as np, plan_parallel as pp\n"
         "from tests.envs import CounterEnv\n"
         "from tests import test_interrupts as t\n"
+        "import signal\n"
+        "signal.signal(signal.SIGINT, signal.default_int_handler)  # as the ctrl_c_raises fixture\n"
         "with pp.make(CounterEnv, backend='inline', horizon=1000) as oracle:\n"
         "    s0 = oracle.reset(seed=3)[0]\n"
         "    starts = [s0] + list(oracle.step_batch(np.array([0, 1, 2]), states=[s0] * 3).states)\n"
