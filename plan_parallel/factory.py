@@ -18,8 +18,11 @@ def _register_third_party_envs(env_id: str) -> None:
         import minigrid  # noqa: F401 - registers its envs on import
 
 
-def check_env_id(env_id: str) -> None:
+def check_env_id(env_id: str) -> Any:
     """Fail now, in this process, on an env id gymnasium does not know (before any worker starts).
+
+    Returns:
+        the id's ``EnvSpec``.
 
     Raises:
         gymnasium.error.UnregisteredEnv: its subclasses name what is unknown, with gymnasium's
@@ -28,7 +31,7 @@ def check_env_id(env_id: str) -> None:
     import gymnasium as gym
 
     _register_third_party_envs(env_id)
-    gym.spec(env_id)
+    return gym.spec(env_id)
 
 
 class EnvFactory:
@@ -42,8 +45,9 @@ class EnvFactory:
     def __init__(self, env: str | Callable[..., Any], env_kwargs: dict[str, Any] | None = None) -> None:
         if not (isinstance(env, str) or callable(env)):
             raise TypeError(f"env must be a gymnasium env id (str) or a callable returning an env, got {env!r:.100}")
-        if isinstance(env, str):
-            check_env_id(env)
+        # The id's registration travels with the recipe: an id registered at run time
+        # (in main(), a notebook, a fixture) is unknown to a worker that imports afresh.
+        self.spec = check_env_id(env) if isinstance(env, str) else None
         self.env = env
         self.env_kwargs = dict(env_kwargs or {})
 
@@ -58,7 +62,8 @@ class EnvFactory:
 
         if isinstance(self.env, str):
             _register_third_party_envs(self.env)
-            return gym.make(self.env, **self.env_kwargs)
+            known = self.env in gym.registry
+            return gym.make(self.env if known else self.spec, **self.env_kwargs)
         env = self.env(**self.env_kwargs)
         if not isinstance(env, gym.Env):
             raise TypeError(f"the env callable {self.name} must return a gymnasium.Env, got {type(env).__name__}")
