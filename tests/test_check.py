@@ -2,11 +2,13 @@
 from __future__ import annotations
 
 import gymnasium as gym
+import numpy as np
 import pytest
 from gymnasium.wrappers import FrameStackObservation
 
 import plan_parallel as pp
 from plan_parallel.cli import main as cli_main
+from plan_parallel.state.fallbacks import GenericPickleAdapter
 from plan_parallel.state.families import ClassicControlAdapter, ToyTextAdapter
 
 
@@ -130,3 +132,26 @@ def test_cli_check_exit_codes(capsys):
     assert cli_main(["check", "FrozenLake-v1", "--kw", "is_slippery=True", "--no-fresh-process"]) == 0
     assert cli_main(["check", "CartPole-v1", "--kw", "oops"]) == 2
     assert "key=value" in capsys.readouterr().err
+
+
+class HoldsALambda(gym.Env):
+    """Like gymnasium's GenericTestEnv: its step is a function kept as an attribute (here a lambda)."""
+
+    def __init__(self) -> None:
+        self.observation_space = gym.spaces.Box(0.0, 1.0, (1,))
+        self.action_space = gym.spaces.Discrete(2)
+        self.step_func = lambda a: (np.zeros(1, dtype=np.float32), 0.0, False, False, {})
+
+    def reset(self, seed: int | None = None, options: dict | None = None) -> tuple:
+        super().reset(seed=seed)
+        return np.zeros(1, dtype=np.float32), {}
+
+    def step(self, action: int) -> tuple:
+        return self.step_func(action)
+
+
+def test_the_pickle_adapter_on_an_env_holding_a_lambda_reports_the_attribute() -> None:
+    report = pp.check_clonable(HoldsALambda, adapter=GenericPickleAdapter, fresh_process=False, budget=50)
+    assert not report.ok
+    assert "HoldsALambda.step_func does not pickle" in report.error, str(report)
+    assert "NOT CLONABLE" in str(report)

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 import plan_parallel.state.families  # noqa: F401 - registered first: these adapters are tried after them
+from plan_parallel.errors import StateError
 from plan_parallel.state.core import Adapter, Pickled, State, register_adapter
 
 __all__ = ["ActionLog", "ActionReplayAdapter", "GenericPickleAdapter", "UserMethodsAdapter", "explain_unsupported"]
@@ -117,8 +118,6 @@ class ActionReplayAdapter(Adapter):
 
     def get_sim(self) -> tuple[Any, Any]:
         if self._seed is None:
-            from plan_parallel.errors import StateError
-
             raise StateError("the env has no replayable history yet: reset it first")
         return (self._seed, self._options, self._log), None
 
@@ -158,8 +157,6 @@ class ActionReplayAdapter(Adapter):
         Raises:
             StateError: always.
         """
-        from plan_parallel.errors import StateError
-
         raise StateError(f"per-item seeds cannot reseed {type(self.u).__name__}: its state is an action-replay "
                          "history, which re-derives the RNG from the reset seed")
 
@@ -249,7 +246,10 @@ class GenericPickleAdapter(Adapter):
             k: v for k, v in self.u.__dict__.items()
             if k not in _RENDER_KEYS and not type(v).__module__.startswith("pygame")
         }
-        return Pickled(pickle.dumps(d, protocol=pickle.HIGHEST_PROTOCOL)), None
+        try:
+            return Pickled(pickle.dumps(d, protocol=pickle.HIGHEST_PROTOCOL)), None
+        except Exception as exc:  # a lambda, a lock, an open file among the attributes
+            raise StateError(_unpicklable_attribute(type(self.u).__name__, d, exc)) from exc
 
     def set_sim(self, sim: Any, extra: Any) -> None:
         self.u.__dict__.update(pickle.loads(sim.data))
@@ -261,6 +261,17 @@ class GenericPickleAdapter(Adapter):
 
 
 register_adapter(GenericPickleAdapter)
+
+
+def _unpicklable_attribute(cls_name: str, attrs: dict[str, Any], exc: Exception) -> str:
+    """Why the pickle adapter cannot copy an env: the first attribute that does not pickle."""
+    for k, v in attrs.items():
+        try:
+            pickle.dumps(v, protocol=pickle.HIGHEST_PROTOCOL)
+        except Exception as e:
+            return (f"{cls_name}.{k} does not pickle ({type(e).__name__}: {e}); the pickle adapter copies every "
+                    "attribute of the env: give the env get_state()/set_state(), or register an adapter")
+    return f"{cls_name}'s attributes do not pickle together: {type(exc).__name__}: {exc}"
 
 
 def _is_ezpickle(obj: Any) -> bool:
