@@ -62,8 +62,8 @@ class EnvFactory:
 
         if isinstance(self.env, str):
             _register_third_party_envs(self.env)
-            known = self.env in gym.registry
-            return gym.make(self.env if known else self.spec, **self.env_kwargs)
+            recipe = self.env if self.env in gym.registry or self.spec is None else self.spec
+            return gym.make(recipe, **self.env_kwargs)
         env = self.env(**self.env_kwargs)
         if not isinstance(env, gym.Env):
             raise TypeError(f"the env callable {self.name} must return a gymnasium.Env, got {type(env).__name__}")

@@ -7,11 +7,14 @@ The protocol (see ``shared/research/state_cloning.md``):
 2. **restore**: restore S into the same env and replay; must equal the truth.
 3. **perturbed restore**: play other random actions (and a reset with another
    seed) to disturb every hidden field, restore S again and replay.
-4. **fresh process**: pickle S, restore it in a new process (spawn) into a
+4. **copies, one step each**: a new env's episode from reset, against the same
+   steps each taken from an unpickled copy of the state before it, on another
+   new env (how a parallel backend expands a chain).
+5. **fresh process**: pickle S, restore it in a new process (spawn) into a
    never-reset env and into an env reset with another seed, replay both.
-5. **time limit**: when the env has a TimeLimit, reach the step before the limit,
+6. **time limit**: when the env has a TimeLimit, reach the step before the limit,
    capture, and check the truncation replays.
-6. **termination**: walk randomly until terminated, capture a few steps before
+7. **termination**: walk randomly until terminated, capture a few steps before
    and check the replay through termination.
 
 Every comparison is bitwise: observations, rewards, terminated, truncated and
@@ -27,80 +30,16 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 from plan_parallel.errors import StateError
 from plan_parallel.state.core import Adapter, State, bind, values_equal
+from plan_parallel.state.fallbacks import ActionReplayAdapter
+from plan_parallel.state.report import CheckResult, CloneReport
 
 __all__ = ["CheckResult", "CloneReport", "check_clonable", "run_checks"]
 
 _FIELDS = ("observation", "reward", "terminated", "truncated", "state")
-
-
-@dataclass
-class CheckResult:
-    """The outcome of one check of the protocol."""
-
-    name: str
-    ok: bool | None  # None: skipped
-    steps: int = 0
-    step: int | None = None  # first divergent step (0-based), when not ok
-    field: str | None = None  # first divergent field
-    detail: str = ""
-
-    def line(self) -> str:
-        mark = {True: "ok  ", False: "FAIL", None: "skip"}[self.ok]
-        s = f"  [{mark}] {self.name:<31} "
-        if self.ok is False and self.step is not None:
-            s += f"diverged at step {self.step} in {self.field}; "
-        elif self.ok:
-            s += f"{self.steps} steps identical; "
-        return s + self.detail
-
-
-@dataclass
-class CloneReport:
-    """What :func:`check_clonable` found. ``ok`` is True only when every check that ran passed."""
-
-    env: str
-    kind: str = ""
-    checks: list[CheckResult] = field(default_factory=list)
-    state_bytes: int = 0
-    get_us: float = 0.0
-    set_us: float = 0.0
-    step_us: float = 0.0
-    hint: str = ""
-    error: str = ""
-
-    @property
-    def ok(self) -> bool:
-        return not self.error and bool(self.checks) and all(c.ok is not False for c in self.checks)
-
-    @property
-    def first_failure(self) -> CheckResult | None:
-        return next((c for c in self.checks if c.ok is False), None)
-
-    def __bool__(self) -> bool:
-        return self.ok
-
-    def __str__(self) -> str:
-        head = f"{self.env}: {'CLONABLE' if self.ok else 'NOT CLONABLE'}"
-        lines = [head]
-        if self.kind:
-            lines.append(f"  state kind: {self.kind}")
-        if self.error:
-            lines.append(f"  error: {self.error}")
-        lines += [c.line() for c in self.checks]
-        if self.step_us:
-            lines.append(
-                f"  state: {self.state_bytes:,} bytes pickled; get {self.get_us:.1f} us, "
-                f"set {self.set_us:.1f} us, step {self.step_us:.1f} us "
-                f"(get+set = {(self.get_us + self.set_us) / self.step_us:.2f} steps)"
-            )
-        if self.hint:
-            lines.append(f"  likely missing: {self.hint}")
-        return "\n".join(lines)
 
 
 # ------------------------------------------------------------------ trajectories
@@ -143,6 +82,31 @@ class _Runner:
         self.env.close()
 
 
+def _check_copies_one_step_each(factory: Callable[[], Any], adapter: Any, seed: int, actions: list) -> CheckResult:
+    """A new env's episode from reset, against the same steps each from an unpickled copy of the state before it.
+
+    How a parallel backend steps a chain: every state arrives as a copy, into an env
+    that ran the items before (for action replay, a reset and a replay every time;
+    a Box2D world that kept bodies across resets diverged at the third).
+    """
+    truth_env, env = _Runner(factory, adapter), _Runner(factory, adapter)
+    try:
+        state, _ = truth_env.reset(seed)
+        truth = truth_env.replay(None, actions)
+        got: list[tuple] = []
+        for t, a in enumerate(actions[: len(truth)]):
+            try:
+                got += env.replay(pickle.loads(pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL)), [a])
+            except Exception as e:  # e.g. a wrapper left unrestored refuses to step
+                return CheckResult("copies, one step each", False, len(truth), t, "step",
+                                   f"{type(e).__name__}: {e}")
+            state = truth[t][4]
+    finally:
+        truth_env.close()
+        env.close()
+    return _compare("copies, one step each", truth, got)
+
+
 def _compare(name: str, truth: list[tuple], got: list[tuple]) -> CheckResult:
     for t, (a, b) in enumerate(zip(truth, got)):
         for k, fname in enumerate(_FIELDS):
@@ -156,7 +120,8 @@ def _compare(name: str, truth: list[tuple], got: list[tuple]) -> CheckResult:
             name, False, len(truth), min(len(truth), len(got)), "episode end",
             f"truth ran {len(truth)} steps, replay {len(got)}",
         )
-    return CheckResult(name, True, len(truth))
+    ended = bool(truth) and (truth[-1][2] or truth[-1][3])
+    return CheckResult(name, True, len(truth), detail="the episode ended there" if ended else "")
 
 
 def _sample_actions(space: Any, n: int, seed: int) -> list:
@@ -221,11 +186,18 @@ def _hint(report: CloneReport) -> str:
 
 
 def _measure(runner: _Runner, state: State, action: Any, repeats: int = 200) -> tuple[float, float, float, int]:
+    """Microseconds per capture, restore and step, and the state's pickled bytes.
+
+    Restores alternate between the state and an unpickled copy of it, as states
+    arrive on a worker: an adapter that skips restoring the state it holds (an
+    action replay extending its history) pays its real cost, a full replay.
+    """
     ad = runner.adapter
+    copy_ = pickle.loads(pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL))
     ad.restore(state)
     t0 = time.perf_counter()
-    for _ in range(repeats):
-        ad.restore(state)
+    for k in range(repeats):
+        ad.restore(copy_ if k % 2 else state)
     set_us = (time.perf_counter() - t0) / repeats * 1e6
     ad._rng_known = None
     t0 = time.perf_counter()
@@ -298,12 +270,16 @@ def _run_protocol(
     runner.reset(seed + 1000)
     runner.walk(_sample_actions(space, 5, seed + 4))
     report.checks.append(_compare("perturbed restore", truth, runner.replay(start, actions)))
+    report.checks.append(_check_copies_one_step_each(factory, adapter, seed, actions))
 
     if fresh_process:
         report.checks += _check_fresh_process(factory, adapter, start, actions, truth, seed, timeout)
     report.checks.append(_check_time_limit(runner, space, seed, budget))
     report.checks.append(_check_termination(runner, space, seed, budget))
     report.get_us, report.set_us, report.step_us, report.state_bytes = _measure(runner, start, actions[0])
+    if isinstance(runner.adapter, ActionReplayAdapter):
+        depth = len(start.sim[2] or ())
+        report.set_note = f"set replays the history: {depth} steps here, growing with depth"
 
 
 def _check_fresh_process(

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import pickle
 from collections.abc import Callable
-from typing import Any, ClassVar, NamedTuple
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -26,9 +26,7 @@ __all__ = [
     "bind",
     "get_rng_state",
     "register_adapter",
-    "register_sim_blobs",
     "set_rng_state",
-    "sim_blobs",
     "values_equal",
 ]
 
@@ -399,30 +397,6 @@ def register_adapter(adapter: type[Adapter], env_class: type | None = None) -> t
     else:
         _REGISTRY.insert(0, (env_class, adapter))
     return adapter
-
-
-class SimBlobs(NamedTuple):
-    """How a family's simulator values become bytes and back (for the trip to a worker)."""
-
-    to_bytes: Callable[[Any], bytes]
-    from_bytes: Callable[[bytes], Any]
-
-
-_SIM_BLOBS: dict[str, SimBlobs] = {}
-
-
-def register_sim_blobs(family: str, to_bytes: Callable[[Any], bytes], from_bytes: Callable[[bytes], Any]) -> None:
-    """Let ``family``'s simulator values (``State.sim``) travel as bytes rather than be pickled.
-
-    For simulator objects whose pickle costs more than their serialization
-    (``ale_py.ALEState``): the bytes go through shared memory end to end.
-    """
-    _SIM_BLOBS[family] = SimBlobs(to_bytes, from_bytes)
-
-
-def sim_blobs(kind: str) -> SimBlobs | None:
-    """The bytes form registered for the family of states of ``kind``, if any."""
-    return _SIM_BLOBS.get(kind.split(":", 1)[0])
 
 
 def adapter_class_for(unwrapped: Any) -> type[Adapter]:

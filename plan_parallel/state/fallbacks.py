@@ -8,6 +8,7 @@
 """
 from __future__ import annotations
 
+import hashlib
 import pickle
 import secrets
 from collections.abc import Callable
@@ -24,18 +25,35 @@ __all__ = ["ActionLog", "ActionReplayAdapter", "GenericPickleAdapter", "UserMeth
 
 # --------------------------------------------------------------------------- action replay (Box2D)
 class ActionLog:
-    """An immutable, structure-sharing list of actions (a cons cell).
+    """An immutable, structure-sharing list of actions (a cons cell) with a digest of its whole history.
 
-    Appending is O(1) and a child state shares its parent's history. Pickles as a
-    flat list, so deep histories do not hit the recursion limit.
+    Appending is O(1) and a child state shares its parent's history. ``key`` is a
+    digest chained over every action so far (BLAKE2b of the parent's key and the
+    action's bytes): two logs are equal exactly when their keys are, and a copy
+    that travelled through pickle is recognised as the history an env holds.
+    Pickles as a flat list, so deep histories do not hit the recursion limit.
     """
 
-    __slots__ = ("action", "length", "parent")
+    __slots__ = ("action", "key", "length", "parent")
 
     def __init__(self, parent: ActionLog | None, action: Any) -> None:
         self.parent = parent
         self.action = action
         self.length: int = 1 if parent is None else parent.length + 1
+        h = hashlib.blake2b(b"" if parent is None else parent.key, digest_size=16)
+        if isinstance(action, np.ndarray):
+            h.update(f"{action.dtype.str}{action.shape}".encode())
+            h.update(np.ascontiguousarray(action).tobytes())
+        else:
+            h.update(repr(action).encode())
+        self.key: bytes = h.digest()
+
+    def ancestor(self, length: int) -> ActionLog | None:
+        """The log of this history's first ``length`` actions (None for 0)."""
+        node: ActionLog | None = self
+        while node is not None and node.length > length:
+            node = node.parent
+        return node
 
     def to_list(self) -> list:
         out = []
@@ -59,13 +77,7 @@ class ActionLog:
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, ActionLog):
             return NotImplemented
-        if self is other:
-            return True
-        if self.length != other.length:
-            return False
-        from plan_parallel.state.core import values_equal
-
-        return values_equal(self.to_list(), other.to_list())
+        return self.key == other.key
 
     __hash__ = None  # type: ignore[assignment]
 
@@ -92,6 +104,7 @@ class ActionReplayAdapter(Adapter):
         self._seed: int | None = None
         self._options: dict | None = None
         self._log: ActionLog | None = None
+        self._was_reset = False
 
     @classmethod
     def accepts(cls, unwrapped: Any) -> bool:
@@ -104,7 +117,23 @@ class ActionReplayAdapter(Adapter):
             # seeded one stays reproducible.
             seed = int(gen.integers(2**31)) if gen is not None else secrets.randbits(31)
         self._seed, self._options, self._log = int(seed), options, None
-        return self.env.reset(seed=int(seed), options=options)
+        return self._reset_as_new(int(seed), options)
+
+    def _reset_as_new(self, seed: int, options: dict | None) -> tuple[Any, dict]:
+        """``env.reset(seed, options)`` as on a new env.
+
+        gymnasium's Box2D envs keep their ``b2World`` across resets, and a world
+        that ran earlier episodes steps differently (BipedalWalker diverged three
+        resets in): a replayed history would depend on the env it lands on. Before
+        every reset but the first, the env's bodies are destroyed and its world
+        replaced by the world of a newly built env of the same class and arguments.
+        """
+        u = self.u
+        if self._was_reset and hasattr(u, "_destroy") and hasattr(u, "_ezpickle_args") and hasattr(u, "world"):
+            u._destroy()
+            u.world = type(u)(*u._ezpickle_args, **u._ezpickle_kwargs).world
+        self._was_reset = True
+        return self.env.reset(seed=seed, options=options)
 
     def make_step(self) -> Callable[[Any], tuple]:
         step = self.env.step
@@ -128,24 +157,27 @@ class ActionReplayAdapter(Adapter):
     def restore(self, state: State) -> None:
         seed, options, log = state.sim
         if seed == self._seed and options == self._options:
-            if log is self._log:
-                return
-            # Does the target extend the current history? Then replay only the tail.
-            cur_len = 0 if self._log is None else self._log.length
-            tgt_len = 0 if log is None else log.length
-            if tgt_len > cur_len:
+            # Does the target extend (or equal) the history the env holds? Then replay only
+            # the tail. Compared by digest: the target may be a copy from another process.
+            held = self._log
+            held_len = 0 if held is None else held.length
+            if log is not None and log.length >= held_len:
+                base = log.ancestor(held_len)
+                same = base is None if held is None else base is not None and base.key == held.key
+            else:
+                same = log is None and held is None
+            if same:
                 tail = []
                 node = log
-                while node is not None and node.length > cur_len:
+                while node is not None and node.length > held_len:
                     tail.append(node.action)
                     node = node.parent
-                if node is self._log:
-                    step = self.env.step
-                    for a in reversed(tail):
-                        step(a)
-                    self._log = log
-                    return
-        self.env.reset(seed=seed, options=options)
+                step = self.env.step
+                for a in reversed(tail):
+                    step(a)
+                self._log = log
+                return
+        self._reset_as_new(seed, options)
         step = self.env.step
         for a in ([] if log is None else log.to_list()):
             step(a)

@@ -20,7 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from plan_parallel.state.core import Adapter, register_adapter, register_sim_blobs
+from plan_parallel.state.core import Adapter, register_adapter
+from plan_parallel.state.sim_blobs import register_sim_blobs
 
 __all__ = ["AleAdapter", "ClassicControlAdapter", "MujocoAdapter", "ToyTextAdapter"]
 

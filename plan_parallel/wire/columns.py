@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from plan_parallel.state import State
-from plan_parallel.state.core import sim_blobs
+from plan_parallel.state.sim_blobs import sim_blobs
 from plan_parallel.wire.messages import ChunkReply
 from plan_parallel.wire.slabs import ArrayWriter, blobs
 
