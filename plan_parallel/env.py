@@ -56,6 +56,7 @@ class PlanEnv:
         except BaseException:
             self._env.close()
             raise
+        self._adapter.use_factory(factory)
         self._step = self._adapter.make_step()
         self._state: State | None = None
         self._live_is_current = False  # does the live env hold self._state?
@@ -86,7 +87,7 @@ class PlanEnv:
         if not self._live_is_current and self._state is not None:
             self._adapter.restore(self._state)
             self._live_is_current = True
-        return self._env
+        return self._adapter.env  # the env holding the current state (action replay may keep several)
 
     # -------------------------------------------------------------------- helpers
     def _check_open(self) -> None:
@@ -390,7 +391,10 @@ class PlanEnv:
         """Close the env. Idempotent; every later call raises :class:`ClosedError`."""
         if not self._closed:
             self._closed = True
-            self._env.close()
+            try:
+                self._adapter.close()
+            finally:
+                self._env.close()
 
     def __enter__(self) -> PlanEnv:
         return self

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import plan_parallel as pp
-from plan_parallel.state.fallbacks import ActionLog, ActionReplayAdapter
+from plan_parallel.state.replay import ActionLog, ActionReplayAdapter
 
 pytestmark = pytest.mark.usefixtures("no_leaks")
 
@@ -74,6 +74,7 @@ class CountingEnv(gym.Env):
 
     observation_space = gym.spaces.Box(-1e6, 1e6, (1,))
     action_space = gym.spaces.Discrete(3)
+    steps_in_this_process = 0  # by every CountingEnv here
 
     def __init__(self) -> None:
         self.x = 0.0
@@ -86,6 +87,7 @@ class CountingEnv(gym.Env):
 
     def step(self, action: int) -> tuple:
         self.total_steps += 1
+        CountingEnv.steps_in_this_process += 1
         self.x = self.x * 0.5 + int(action)
         return np.array([self.x], dtype=np.float32), self.x, False, False, {"total_steps": self.total_steps}
 
@@ -98,3 +100,21 @@ def test_a_worker_extends_the_history_it_holds() -> None:
         for t in range(60):
             *_, info = env.step(t % 3)
         assert info["total_steps"] == 60, f"the worker's env ran {info['total_steps']} steps for a 60-step chain"
+
+
+@pytest.mark.timeout(120)
+def test_interleaved_histories_are_each_extended() -> None:
+    """Four chains stepped in turn (a vector env's sub-envs): each held by its own env, so 4 x 30 steps cost 120."""
+    with pp.make(CountingEnv, backend="inline", adapter=ActionReplayAdapter) as env:
+        starts = [env.reset(seed=k)[0] for k in range(4)]
+        before = CountingEnv.steps_in_this_process
+        states = starts
+        for t in range(30):
+            states = list(env.step_batch(np.full(4, t % 3), states).states)
+        assert CountingEnv.steps_in_this_process - before == 120
+        with pp.make(CountingEnv, backend="inline", adapter=ActionReplayAdapter) as ref:  # and exact
+            for k in range(4):
+                s = ref.reset(seed=k)[0]
+                for t in range(30):
+                    s = ref.step(t % 3)[0]
+                assert s == states[k]

@@ -2,7 +2,8 @@
 
 ``get_state(env)`` / ``set_state(env, state)`` work on any env built by
 ``gymnasium.make`` (or by hand) with its whole wrapper stack, through one adapter
-per env family (:mod:`plan_parallel.state.families`, :mod:`plan_parallel.state.fallbacks`) and a registry for more.
+per env family (:mod:`plan_parallel.state.families`, :mod:`plan_parallel.state.replay`,
+:mod:`plan_parallel.state.fallbacks`) and a registry for more.
 """
 from __future__ import annotations
 
@@ -11,8 +12,9 @@ from typing import Any
 
 from plan_parallel.errors import StateError
 from plan_parallel.state.core import Adapter, State, adapter_class_for, bind, register_adapter
-from plan_parallel.state.fallbacks import ActionLog, ActionReplayAdapter, GenericPickleAdapter, UserMethodsAdapter
+from plan_parallel.state.fallbacks import GenericPickleAdapter, UserMethodsAdapter
 from plan_parallel.state.families import AleAdapter, ClassicControlAdapter, MujocoAdapter, ToyTextAdapter
+from plan_parallel.state.replay import ActionLog, ActionReplayAdapter
 from plan_parallel.state.wrappers import STATELESS_WRAPPERS, register_wrapper
 
 __all__ = [

@@ -34,7 +34,7 @@ from typing import Any
 
 from plan_parallel.errors import StateError
 from plan_parallel.state.core import Adapter, State, bind, values_equal
-from plan_parallel.state.fallbacks import ActionReplayAdapter
+from plan_parallel.state.replay import ActionReplayAdapter
 from plan_parallel.state.report import CheckResult, CloneReport
 
 __all__ = ["CheckResult", "CloneReport", "check_clonable", "run_checks"]

@@ -240,6 +240,12 @@ class Adapter:
         """
         return None if extra is None else f"expected extra None (this env keeps no hidden fields), got {extra!r:.200}"
 
+    def use_factory(self, factory: Callable[[], Any]) -> None:
+        """Hook: an adapter that keeps more envs than the one it is bound to builds them with ``factory``."""
+
+    def close(self) -> None:
+        """Close the envs this adapter built (not the one it is bound to)."""
+
     # --- hooks for adapters that must see resets and steps ---------------------------
     def reset(self, seed: int | None, options: dict | None) -> tuple[Any, dict]:
         """Reset the env; returns ``(obs, info)``."""
