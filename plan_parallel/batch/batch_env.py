@@ -57,7 +57,8 @@ class BatchEnv:
     """The planning API over ``n_workers`` workers. Built by :func:`plan_parallel.make`.
 
     Same methods and results as :class:`~plan_parallel.env.PlanEnv`, plus
-    :meth:`step_batch_async`, :meth:`rollout_batch_async` and :attr:`stats`.
+    :meth:`step_batch_async`, :meth:`rollout_batch_async`, :attr:`pids` and its options
+    (``timeout``, ``context``, ...).
     May be used from several threads (calls are serialized); :meth:`close`
     from another thread makes every pending and later call raise :class:`ClosedError`.
 
@@ -147,6 +148,26 @@ class BatchEnv:
     @property
     def closed(self) -> bool:
         return self._pool.closed
+
+    @property
+    def gym_env(self) -> Any:
+        """A gymnasium env in this process at the current state (for rendering; built on first use)."""
+        self._check_open()
+        return self._ensure_local().gym_env
+
+    def validate(self, state: State) -> None:
+        """Check that ``state`` can restore this env (its kind, then its simulator part, in this process).
+
+        Raises:
+            StateError: ``state`` belongs to another env or is malformed.
+        """
+        self._check_open()
+        check_kind(state, self.kind)
+        self._ensure_local().validate(state)
+
+    def uniform_policy(self) -> UniformPolicy:
+        """The policy of ``rollout_batch(actions=None, policy=None)``: uniform random actions."""
+        return UniformPolicy(self.action_space)
 
     @property
     def spec(self) -> Any:
