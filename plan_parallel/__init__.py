@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from plan_parallel.batch import BatchEnv
 from plan_parallel.build import BACKENDS, make
 from plan_parallel.env import PlanEnv
 from plan_parallel.errors import (
@@ -28,6 +29,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "BACKENDS",
+    "BatchEnv",
     "ClosedError",
     "EnvFactory",
     "PlanEnv",

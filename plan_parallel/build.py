@@ -2,15 +2,39 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal, overload
 
 from plan_parallel.env import PlanEnv
 from plan_parallel.factory import EnvFactory
+
+if TYPE_CHECKING:
+    from plan_parallel.batch import BatchEnv
 
 __all__ = ["BACKENDS", "make"]
 
 
 BACKENDS = ("inline", "process", "ray")
+
+
+@overload
+def make(env: str | Callable[..., Any], *, backend: Literal["inline"], n_workers: int | None = ...,
+         timeout: float | None = ..., max_restarts: int = ..., context: str | None = ..., adapter: Any = ...,
+         small_batch_inline: bool = ..., address: str | None = ..., worker_options: dict | list[dict] | None = ...,
+         **env_kwargs: Any) -> PlanEnv: ...
+
+
+@overload
+def make(env: str | Callable[..., Any], *, backend: Literal["process", "ray"] = ..., n_workers: int | None = ...,
+         timeout: float | None = ..., max_restarts: int = ..., context: str | None = ..., adapter: Any = ...,
+         small_batch_inline: bool = ..., address: str | None = ..., worker_options: dict | list[dict] | None = ...,
+         **env_kwargs: Any) -> BatchEnv: ...
+
+
+@overload
+def make(env: str | Callable[..., Any], *, backend: str = ..., n_workers: int | None = ...,
+         timeout: float | None = ..., max_restarts: int = ..., context: str | None = ..., adapter: Any = ...,
+         small_batch_inline: bool = ..., address: str | None = ..., worker_options: dict | list[dict] | None = ...,
+         **env_kwargs: Any) -> PlanEnv | BatchEnv: ...
 
 
 def make(
@@ -26,8 +50,8 @@ def make(
     address: str | None = None,
     worker_options: dict | list[dict] | None = None,
     **env_kwargs: Any,
-):
-    """Build an env with the planning API.
+) -> PlanEnv | BatchEnv:
+    """Build an env with the planning API: a :class:`PlanEnv` (inline) or a :class:`BatchEnv`.
 
     Args:
         env: a gymnasium env id, or a callable returning a ``gymnasium.Env``

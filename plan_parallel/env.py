@@ -72,6 +72,10 @@ class PlanEnv:
         return 1
 
     @property
+    def closed(self) -> bool:
+        return self._closed
+
+    @property
     def kind(self) -> str:
         """The kind of state this env produces and accepts (see :attr:`State.kind`)."""
         return self._adapter.kind

@@ -1,10 +1,70 @@
 """EnvFactory: a picklable recipe that builds the same gymnasium env in any process."""
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+import sys
+from collections.abc import Callable, Iterator
 from typing import Any
 
-__all__ = ["EnvFactory", "check_env_id"]
+__all__ = ["EnvFactory", "check_env_id", "quiet_ale_for_good", "quiet_build"]
+
+_MUJOCO_DEPRECATIONS = ("settotalmass",)  # gymnasium's own XML files use these; nothing the user can fix
+
+
+def quiet_ale_for_good() -> None:
+    """Turn ALE's logger to errors only in this process (a worker: the process is ours).
+
+    Covers envs built by a callable too. Without it every worker prints
+    ``A.L.E: Arcade Learning Environment (version ...)``.
+    """
+    if "ale_py" in sys.modules:
+        _set_ale_errors_only()
+
+
+def _set_ale_errors_only() -> None:
+    from ale_py import ALEInterface, LoggerMode
+
+    ALEInterface.setLoggerMode(LoggerMode.Error)
+
+
+@contextlib.contextmanager
+def _quiet_mujoco_deprecations() -> Iterator[None]:
+    # MuJoCo's compiler warns through its C warning callback (not Python's warnings),
+    # once per model compiled, i.e. once per worker. Drop only the known deprecations
+    # of gymnasium's XML files; pass every other message on.
+    import mujoco
+
+    previous = mujoco.get_mju_user_warning()
+
+    def handler(msg: str) -> None:
+        if any(word in msg for word in _MUJOCO_DEPRECATIONS):
+            return
+        if previous is not None:
+            previous(msg)
+        else:  # what MuJoCo's default handler prints
+            sys.stderr.write(f"WARNING: {msg}\n\n")
+
+    mujoco.set_mju_user_warning(handler)
+    try:
+        yield
+    finally:
+        mujoco.set_mju_user_warning(previous)
+
+
+def quiet_build(env_id: str) -> contextlib.AbstractContextManager[None]:
+    """Around building a built-in env: no ALE banner, no MuJoCo deprecations of gymnasium's own models."""
+    if env_id.startswith("ALE/") or "NoFrameskip" in env_id:
+        # ALE's logger mode is process-wide and has no getter. ale_py's AtariEnv sets it to
+        # Error itself, just after its ALEInterface printed the banner; setting it a moment
+        # earlier drops the banner and leaves the mode exactly as gym.make leaves it.
+        _set_ale_errors_only()
+        return contextlib.nullcontext()
+    import gymnasium as gym
+
+    entry = gym.spec(env_id).entry_point
+    if isinstance(entry, str) and entry.startswith("gymnasium.envs.mujoco"):
+        return _quiet_mujoco_deprecations()
+    return contextlib.nullcontext()
 
 
 def _register_third_party_envs(env_id: str) -> None:
@@ -40,6 +100,12 @@ class EnvFactory:
     Shipped to worker processes with cloudpickle, so lambdas and closures work
     under every start method. Every env built from one factory has the same id
     and kwargs, which state restoring relies on (ALE settings are not in a state).
+
+    Building an env from an id is quiet: no ALE banner (ALE's process-wide logger
+    is set to errors just before building; ale_py's AtariEnv sets it so anyway just
+    after printing the banner, so the mode afterwards is what ``gym.make`` leaves),
+    and no MuJoCo deprecation warnings about gymnasium's own model files. An env
+    from a callable is built as the callable builds it (in a worker, quietly).
     """
 
     def __init__(self, env: str | Callable[..., Any], env_kwargs: dict[str, Any] | None = None) -> None:
@@ -63,7 +129,8 @@ class EnvFactory:
         if isinstance(self.env, str):
             _register_third_party_envs(self.env)
             recipe = self.env if self.env in gym.registry or self.spec is None else self.spec
-            return gym.make(recipe, **self.env_kwargs)
+            with quiet_build(self.env):
+                return gym.make(recipe, **self.env_kwargs)
         env = self.env(**self.env_kwargs)
         if not isinstance(env, gym.Env):
             raise TypeError(f"the env callable {self.name} must return a gymnasium.Env, got {type(env).__name__}")

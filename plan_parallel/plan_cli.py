@@ -8,7 +8,7 @@ import statistics
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["add_plan_arguments", "run_plan", "save_animation", "summarize"]
+__all__ = ["add_plan_arguments", "episode_end", "run_plan", "save_animation", "summarize"]
 
 # option -> planner -> its parameter (an option a planner lacks is refused for it)
 _OPTIONS = {
@@ -98,16 +98,29 @@ def save_animation(path: str, frames: Sequence[Any], fps: float) -> None:
         imageio.v2.mimwrite(path, list(frames), fps=fps, macro_block_size=1)
 
 
+def episode_end(ep: Any) -> str:
+    """How an episode ended, in the summary's ``end`` column.
+
+    A step can terminate and reach the time limit at once (e.g. CartPole's pole or cart
+    leaving its range on step 500): that is ``term+trunc``, not ``terminated``.
+    """
+    if ep.terminated and ep.truncated:
+        return "term+trunc"
+    return "terminated" if ep.terminated else "truncated" if ep.truncated else "max-steps"
+
+
 def summarize(episodes: Sequence[Any]) -> str:
     """A table of the episodes (return, steps, decisions, end, speed) and their means."""
     rows = ["episode  seed    return  steps  decisions  end         seconds  decisions/s  transitions/s  env calls"]
     for i, ep in enumerate(episodes):
-        end = "terminated" if ep.terminated else "truncated" if ep.truncated else "max-steps"
+        end = episode_end(ep)
         rows.append(
             f"{i:7d}  {ep.seed!s:>4}  {ep.episode_return:8.1f}  {ep.steps:5d}  {ep.decisions:9d}  {end:10s}  "
             f"{ep.wall_seconds:7.1f}  {ep.decisions_per_second:11.1f}  {ep.transitions_per_second:13,.0f}  "
             f"{ep.env_share:9.0%}"
         )
+    if any(ep.terminated and ep.truncated for ep in episodes):
+        rows.append("term+trunc: the last step both ended the episode and reached the time limit (gymnasium says both)")
     returns = [ep.episode_return for ep in episodes]
     wall = sum(ep.wall_seconds for ep in episodes)
     env_s = sum(ep.env_seconds for ep in episodes)

@@ -32,6 +32,7 @@ from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space, concatenate, create_empty_array
 
 from plan_parallel.build import make
+from plan_parallel.env import PlanEnv
 from plan_parallel.errors import ClosedError, StateError, WorkerTimeoutError
 from plan_parallel.inputs import check_states
 from plan_parallel.results import StepBatch
@@ -376,7 +377,7 @@ class PlanVectorEnv(VectorEnv):
         if not states:  # every sub-env resets: nothing to step (and step_batch cannot stack 0 Dict obs)
             empty = np.zeros(0)
             return _Done(StepBatch([], None, empty, empty.astype(np.bool_), empty.astype(np.bool_), []))
-        if self._plan is self._local:
+        if isinstance(self._plan, PlanEnv):  # the inline backend (self._plan is self._local)
             return _Done(self._plan.step_batch(actions, states))
         return self._plan.step_batch_async(actions, states)
 

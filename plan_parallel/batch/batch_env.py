@@ -57,7 +57,8 @@ class BatchEnv:
     """The planning API over ``n_workers`` workers. Built by :func:`plan_parallel.make`.
 
     Same methods and results as :class:`~plan_parallel.env.PlanEnv`, plus
-    :meth:`step_batch_async`, :meth:`rollout_batch_async` and :attr:`stats`.
+    :meth:`step_batch_async`, :meth:`rollout_batch_async`, :attr:`pids` and its options
+    (``timeout``, ``context``, ...).
     May be used from several threads (calls are serialized); :meth:`close`
     from another thread makes every pending and later call raise :class:`ClosedError`.
 
@@ -149,6 +150,29 @@ class BatchEnv:
         return self._pool.closed
 
     @property
+    def gym_env(self) -> Any:
+        """A gymnasium env in this process at the current state (for rendering; built on first use)."""
+        self._check_open()
+        local = self._ensure_local()
+        if self._state is not None:
+            local.set_state(self._state)
+        return local.gym_env
+
+    def validate(self, state: State) -> None:
+        """Check that ``state`` can restore this env (its kind, then its simulator part, in this process).
+
+        Raises:
+            StateError: ``state`` belongs to another env or is malformed.
+        """
+        self._check_open()
+        check_kind(state, self.kind)
+        self._ensure_local().validate(state)
+
+    def uniform_policy(self) -> UniformPolicy:
+        """The policy of ``rollout_batch(actions=None, policy=None)``: uniform random actions."""
+        return UniformPolicy(self.action_space)
+
+    @property
     def spec(self) -> Any:
         """The env's ``EnvSpec`` (read from a local env when the workers' did not pickle)."""
         if self._spec is None:
@@ -166,17 +190,18 @@ class BatchEnv:
         return self._state
 
     def _ensure_local(self) -> PlanEnv:
-        """The env in this process for batches run here (built on first use, at the current state)."""
+        """The env in this process for batches run here (built on first use).
+
+        It does not follow the current state: batches run here pass their states,
+        and :attr:`gym_env` restores the current one when asked. (An env restoring
+        every state made current would run user code here for no batch.)
+        """
         if self._local is None:
             self._local = PlanEnv(self._factory, adapter=self._adapter_cls)
-            if self._state is not None:
-                self._local.set_state(self._state)
         return self._local
 
     def _set_current(self, state: State) -> None:
         self._state = state
-        if self._local is not None:
-            self._local.set_state(state)
 
     @staticmethod
     def _wait(fut: BatchFuture) -> Any:
@@ -206,16 +231,13 @@ class BatchEnv:
     def set_state(self, state: State) -> None:
         """Make ``state`` current (sent to workers lazily, when a batch starts from it).
 
-        The state is checked here, as the inline backend checks it (by an env built
-        in this process once, the one batches run here use).
+        The state is checked here, as the inline backend checks it (:meth:`validate`).
 
         Raises:
             StateError: ``state`` belongs to another env or is malformed.
         """
-        self._check_open()
-        check_kind(state, self.kind)
-        self._ensure_local().set_state(state)
-        self._state = state
+        self.validate(state)
+        self._set_current(state)
 
     def sync_states(self, state: State) -> None:
         """Make ``state`` current on every worker now (pickled once).
@@ -367,13 +389,13 @@ class BatchEnv:
 
     @staticmethod
     def _run_here(local: PlanEnv, job: Job) -> Any:
+        states = job.states
+        if states is None:
+            assert job.start is not None, "a job without states starts every item from its start"
+            states = [job.start] * job.n
         if job.rollout is None:
-            states = job.states
-            if states is None:
-                assert job.start is not None, "a job without states starts every item from its start"
-                states = [job.start] * job.n
             return local.step_batch_checked(job.actions, states, job.dt, job.seeds, job.index_errors)
-        return local.rollout_batch(job.states, job.actions, job.dt, horizon=job.rollout.horizon, policy=job.policy,
+        return local.rollout_batch(states, job.actions, job.dt, horizon=job.rollout.horizon, policy=job.policy,
                                    seeds=job.seeds, return_all=job.rollout.return_all)
 
     def _account(self, fut: BatchFuture) -> None:

@@ -23,10 +23,33 @@ import numpy as np
 from plan_parallel.state.core import Adapter, register_adapter
 from plan_parallel.state.sim_blobs import register_sim_blobs
 
-__all__ = ["AleAdapter", "ClassicControlAdapter", "MujocoAdapter", "ToyTextAdapter"]
+__all__ = ["RESTORED_ZERO", "AleAdapter", "ClassicControlAdapter", "MujocoAdapter", "RestoredZero", "ToyTextAdapter"]
 
 
 # --------------------------------------------------------------------------- classic control
+class RestoredZero(int):
+    """CartPole's ``steps_beyond_terminated == 0`` as restored by plan_parallel.
+
+    It is 0 in arithmetic (``+= 1`` gives a plain 1, the reward branch is the
+    same), but not ``== 0``, the one test ``CartPoleEnv.step`` makes before
+    warning "You are calling 'step()' even though this environment has already
+    returned terminated = True". Search steps terminal states on purpose; a
+    state the user steps themselves (``reset``, then the gymnasium env) still warns.
+    Never leaves the env: :meth:`ClassicControlAdapter.get_sim` reads it back as 0.
+    """
+
+    def __eq__(self, other: object) -> bool:
+        return False
+
+    def __ne__(self, other: object) -> bool:
+        return True
+
+    __hash__ = int.__hash__
+
+
+RESTORED_ZERO = RestoredZero(0)
+
+
 class ClassicControlAdapter(Adapter):
     """``unwrapped.state`` (an array; MountainCar's tuple becomes one) + hidden fields + RNG.
 
@@ -55,7 +78,18 @@ class ClassicControlAdapter(Adapter):
             or (cname == "AcrobotEnv" and not getattr(self.u, "torque_noise_max", 0.0))
         )
         u = self.u
-        if len(names) == 1:
+        if names == ("steps_beyond_terminated",):
+            d = u.__dict__
+
+            def get_extra() -> Any:
+                v = d["steps_beyond_terminated"]
+                return 0 if v is RESTORED_ZERO else v
+
+            def set_extra(v: Any) -> None:
+                # A restored terminal state steps without CartPole's "already returned
+                # terminated = True" warning: plan_parallel steps terminal states on purpose.
+                d["steps_beyond_terminated"] = RESTORED_ZERO if v == 0 else v
+        elif len(names) == 1:
             (n,) = names
             d = u.__dict__
 

@@ -18,6 +18,7 @@ import numpy as np
 
 from plan_parallel.env import PlanEnv
 from plan_parallel.errors import StateError
+from plan_parallel.factory import quiet_ale_for_good
 from plan_parallel.wire.columns import pack_infos, pack_outcomes, pack_states, unpack_states
 from plan_parallel.wire.messages import (
     READY,
@@ -143,6 +144,7 @@ class Server:
 def build_server(blob: bytes) -> tuple[Server, WorkerInfo]:
     """Build the env from a cloudpickled ``(factory, adapter)``: the server and what it reports."""
     factory, adapter = pickle.loads(blob)
+    quiet_ale_for_good()  # this process is ours: no ALE banner from any env it builds
     env = PlanEnv(factory, adapter=adapter)
     spec = env.spec
     try:

@@ -1,0 +1,84 @@
+"""The package face: BatchEnv beside PlanEnv with the same public surface, py.typed shipped,
+make's return type, and the plan summary's end column."""
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import typing
+from pathlib import Path
+
+import pytest
+
+import plan_parallel as pp
+from plan_parallel.plan_cli import episode_end, summarize
+from plan_parallel.planners import RandomShooting, run_episode
+
+ROOT = Path(__file__).resolve().parent.parent
+# hooks the parallel backends call on a PlanEnv (run_raw in a worker, step_batch_checked for a batch run here)
+BACKEND_HOOKS = {"rollout_raw", "run_raw", "step_batch_checked"}
+# what only a pool of workers has
+PARALLEL_ONLY = {"context", "max_restarts", "pids", "rollout_batch_async", "small_batch_inline", "step_batch_async",
+                 "timeout"}
+
+
+def public(obj: object) -> set[str]:
+    return {name for name in dir(obj) if not name.startswith("_")}
+
+
+def test_batch_env_is_on_the_package_face_with_plan_envs_surface() -> None:
+    assert "BatchEnv" in pp.__all__ and "PlanEnv" in pp.__all__
+    inline = pp.make("CartPole-v1", backend="inline")
+    with pp.make("CartPole-v1", backend="process", n_workers=1) as batch:
+        assert isinstance(batch, pp.BatchEnv) and isinstance(inline, pp.PlanEnv)
+        assert public(inline) - BACKEND_HOOKS == public(batch) - PARALLEL_ONLY
+        assert batch.reseedable is inline.reseedable is True
+        state, _, _ = batch.reset(seed=3)
+        batch.validate(state)
+        with pytest.raises(pp.StateError):
+            batch.validate(pp.make("Pendulum-v1", backend="inline").reset(seed=0)[0])
+        inline.reset(seed=3)
+        assert batch.gym_env.unwrapped.state.tolist() == inline.gym_env.unwrapped.state.tolist()
+        assert batch.uniform_policy().space == inline.uniform_policy().space
+        assert not batch.closed and not inline.closed
+    inline.close()
+    assert batch.closed and inline.closed
+    assert repr(batch).endswith(", closed)") and repr(inline).endswith(", closed)")
+    with pytest.raises(pp.ClosedError):
+        _ = batch.gym_env
+
+
+def test_make_says_what_it_returns() -> None:
+    hints = typing.get_type_hints(pp.make, globalns={**vars(pp), "BatchEnv": pp.BatchEnv})
+    assert hints["return"] == pp.PlanEnv | pp.BatchEnv
+
+
+@pytest.mark.timeout(300)
+def test_the_build_ships_py_typed(tmp_path: Path) -> None:
+    assert (ROOT / "plan_parallel" / "py.typed").is_file()
+    src = tmp_path / "src"
+    src.mkdir()
+    for name in ("setup.cfg", "pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, src / name)
+    shutil.copytree(ROOT / "plan_parallel", src / "plan_parallel", ignore=shutil.ignore_patterns("__pycache__"))
+    out = tmp_path / "build"
+    built = subprocess.run(  # what a wheel gets: setuptools' build_py, with setup.cfg's package_data
+        [sys.executable, "-c", "from setuptools import setup; setup()", "-q", "build_py", "--build-lib", str(out)],
+        cwd=src, capture_output=True, text=True, timeout=240,
+    )
+    assert built.returncode == 0, built.stderr[-2000:]
+    assert (out / "plan_parallel" / "__init__.py").is_file()
+    assert (out / "plan_parallel" / "py.typed").is_file()
+
+
+def test_a_cartpole_episode_at_the_time_limit_does_not_read_terminated() -> None:
+    env = pp.make("CartPole-v1", backend="inline")
+    ep = run_episode(RandomShooting(budget=16), env, seed=0)
+    env.close()
+    assert ep.steps == 500 and ep.truncated
+    # this planner pushes the cart out of range on the very last step: both flags are set
+    assert ep.terminated
+    assert episode_end(ep) == "term+trunc"
+    table = summarize([ep])
+    assert " term+trunc " in table and "reached the time limit" in table
+    assert " terminated " not in table
