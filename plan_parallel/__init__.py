@@ -17,6 +17,7 @@ from plan_parallel.errors import (
     PlanParallelError,
     RemoteTraceback,
     StateError,
+    WaitTimeoutError,
     WorkerCrashedError,
     WorkerTimeoutError,
 )
@@ -37,6 +38,7 @@ __all__ = [
     "State",
     "StateError",
     "StepBatch",
+    "WaitTimeoutError",
     "WorkerCrashedError",
     "WorkerTimeoutError",
     "check_clonable",

@@ -32,7 +32,7 @@ from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space, concatenate, create_empty_array
 
 from plan_parallel.build import make
-from plan_parallel.errors import ClosedError, StateError, WorkerTimeoutError
+from plan_parallel.errors import ClosedError, StateError, WaitTimeoutError, WorkerTimeoutError
 from plan_parallel.inputs import check_states
 from plan_parallel.results import StepBatch
 from plan_parallel.state import State, get_state
@@ -453,7 +453,7 @@ class PlanVectorEnv(VectorEnv):
             self._pending = None  # the step failed: dropped
             raise
         if not done:
-            raise TimeoutError(f"step_wait: the step is not done after {timeout} s; it stays pending "
+            raise WaitTimeoutError(f"step_wait: the step is not done after {timeout} s; it stays pending "
                                "(call step_wait again, or reset to drop it)")
         batch = step.fut.result(0)
         self._pending = None
@@ -574,7 +574,7 @@ class PlanVectorEnv(VectorEnv):
         while len(self._ready) < k:
             left = None if deadline is None else deadline - time.monotonic()
             if left is not None and left <= 0:
-                raise TimeoutError(f"recv: {len(self._ready)} of {k} sub-envs finished within {timeout} s; "
+                raise WaitTimeoutError(f"recv: {len(self._ready)} of {k} sub-envs finished within {timeout} s; "
                                    "the rest are still running")
             head = self._groups[0]
             try:
