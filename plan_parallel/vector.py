@@ -35,7 +35,8 @@ from plan_parallel.build import make
 from plan_parallel.errors import ClosedError, StateError, WaitTimeoutError, WorkerTimeoutError
 from plan_parallel.inputs import check_states
 from plan_parallel.results import StepBatch
-from plan_parallel.state import State, get_state
+from plan_parallel.state import State
+from plan_parallel.vector_attrs import VectorAttrs
 from plan_parallel.vector_infos import add_info
 from plan_parallel.vector_inputs import (
     check_autoreset_flags,
@@ -109,15 +110,6 @@ def _wait(fut: Any, timeout: float | None) -> bool:
         return False
 
 
-def _same_value(a: Any, b: Any) -> bool:
-    if a is b:
-        return True
-    try:
-        return bool(np.array_equal(a, b)) if isinstance(a, np.ndarray) or isinstance(b, np.ndarray) else bool(a == b)
-    except Exception:
-        return False
-
-
 def make_vec(env: str | Callable[..., Any], num_envs: int = 1, **kwargs: Any) -> PlanVectorEnv:
     """A gymnasium ``VectorEnv`` of ``num_envs`` sub-envs stepped by planning workers.
 
@@ -127,7 +119,7 @@ def make_vec(env: str | Callable[..., Any], num_envs: int = 1, **kwargs: Any) ->
     return PlanVectorEnv(env, num_envs, **kwargs)
 
 
-class PlanVectorEnv(VectorEnv):
+class PlanVectorEnv(VectorAttrs, VectorEnv):  # type: ignore[misc]  # np_random(_seed): tuples, as SyncVectorEnv
     """N sub-envs kept as states in this process and stepped by one planning env (see :func:`make_vec`).
 
     Besides the ``VectorEnv`` API: ``step_async`` / ``step_wait(timeout)``,
@@ -230,6 +222,8 @@ class PlanVectorEnv(VectorEnv):
         self._in_flight = np.zeros(n, dtype=np.bool_)  # sent, not yet done
         self._ready: OrderedDict[int, tuple] = OrderedDict()  # done, not yet returned by recv
         self._action_spaces: dict[int, Any] = {n: self.action_space}
+        self._init_attrs()
+        self._last_seed: int | None = None  # the seed of _reset_one's reset (None: the sub-env's own RNG went on)
 
     # ------------------------------------------------------------------ properties
     @property
@@ -293,14 +287,19 @@ class PlanVectorEnv(VectorEnv):
         elif seed is None and self._local_used:
             # A never-reset sub-env reset without a seed: a fresh env, as SyncVectorEnv's would be.
             with self._new_local() as fresh:
-                return fresh.reset(seed=None, options=options)
+                out = fresh.reset(seed=None, options=options)
+                self._last_seed = fresh.gym_env.np_random_seed
+                return out
         self._local_used = True
-        return local.reset(seed=seed, options=options)
+        out = local.reset(seed=seed, options=options)
+        self._last_seed = seed if state is not None else local.gym_env.np_random_seed
+        return out
 
-    def _commit(self, i: int, state: State) -> None:
+    def _commit(self, i: int, state: State, reset: bool) -> None:
         self._states[i] = state
         self._env_obs[i] = state.obs
         self._started[i] = True
+        self._record_frame(i, state, reset)
 
     def _batched_obs(self, step: _Step | None = None, batch: Any = None) -> Any:
         """The N sub-envs' observations, batched.
@@ -361,12 +360,15 @@ class PlanVectorEnv(VectorEnv):
         ids = range(self.num_envs) if mask is None else np.flatnonzero(mask).tolist()
         infos: dict = {}
         done = []
+        seed_used: dict[int, int | None] = {}
         for i in ids:
             state, _, info = self._reset_one(self._states[i], seeds[i], opts)
+            seed_used[i] = self._last_seed
             done.append((i, state))
             infos = self._add_info(infos, info, i)
         for i, state in done:
-            self._commit(i, state)
+            self._commit(i, state, True)
+            self._record_seed(i, seed_used[i])
             self._autoreset[i] = False
         return self._batched_obs(), infos
 
@@ -397,9 +399,13 @@ class PlanVectorEnv(VectorEnv):
         done = {int(i): self._reset_one(self._states[i], None, None) for i in resets}
         return fut, run, done
 
-    def _results(self, step: _Step, batch: Any) -> dict[int, tuple[State, list[dict]]]:
-        """Per sub-env ``(state, infos to add)`` of a finished step (rewards and flags are the batch's); nothing committed."""
-        out: dict[int, tuple[State, list[dict]]] = {i: (state, [info]) for i, (state, _, info) in step.resets.items()}
+    def _results(self, step: _Step, batch: Any) -> dict[int, tuple[State, list[dict], bool]]:
+        """Per sub-env ``(state, infos to add, was reset)`` of a finished step (rewards and flags are the batch's).
+
+        Nothing is committed.
+        """
+        out: dict[int, tuple[State, list[dict], bool]] = {
+            i: (state, [info], True) for i, (state, _, info) in step.resets.items()}
         ended = batch.terminations | batch.truncations
         same_step = self.autoreset_mode == AutoresetMode.SAME_STEP
         for j, (i, state, info) in enumerate(zip(step.ids.tolist(), batch.states, batch.infos)):
@@ -407,9 +413,9 @@ class PlanVectorEnv(VectorEnv):
             if same_step and ended[j]:
                 final = {"final_obs": deepcopy(state.obs), "final_info": info}
                 state, _, reset_info = self._reset_one(state, None, None)
-                out[i] = (state, [final, reset_info])
+                out[i] = (state, [final, reset_info], True)
             else:
-                out[i] = (state, [info])
+                out[i] = (state, [info], False)
         return out
 
     def step_async(self, actions: Any) -> None:
@@ -471,7 +477,7 @@ class PlanVectorEnv(VectorEnv):
             for info in results[i][1]:
                 infos = self._add_info(infos, info, i)
         for i in range(n):
-            self._commit(i, results[i][0])
+            self._commit(i, results[i][0], results[i][2])
         self._autoreset = terms | truncs
         return self._batched_obs(step, batch), rewards, terms, truncs, infos
 
@@ -536,11 +542,11 @@ class PlanVectorEnv(VectorEnv):
             self._groups.remove(step)
             rows = {i: j for j, i in enumerate(step.ids.tolist())}
             for i in ids:
-                state, add = results[i]
+                state, add, was_reset = results[i]
                 j = rows.get(i)
                 reward, term, trunc = (0.0, False, False) if j is None else (
                     float(batch.rewards[j]), bool(batch.terminations[j]), bool(batch.truncations[j]))
-                self._commit(i, state)
+                self._commit(i, state, was_reset)
                 self._autoreset[i] = term or trunc
                 self._in_flight[i] = False
                 self._ready[i] = (state.obs, reward, term, trunc, add)
@@ -633,86 +639,10 @@ class PlanVectorEnv(VectorEnv):
         if self.autoreset_mode == AutoresetMode.SAME_STEP and flags.any():
             raise ValueError("autoreset=True has no meaning in SAME_STEP mode (ended sub-envs reset at once)")
         for j, i in enumerate(ids.tolist()):
-            self._commit(i, states[j])
+            self._commit(i, states[j], True)
             self._autoreset[i] = flags[j]
         if not self.copy:
             concatenate(self.single_observation_space, self._env_obs, self._observations)
-
-    # ------------------------------------------------------------------ attributes
-    def _targets(self, indices: Any) -> np.ndarray:
-        self._check_open()
-        ids = check_indices(indices, self.num_envs)
-        self._check_started(ids)
-        return ids
-
-    def call(self, name: str, *args: Any, indices: Any = None, **kwargs: Any) -> tuple[Any, ...]:
-        """Call method ``name`` (or read attribute ``name``) of each sub-env in ``indices`` (None: all).
-
-        Runs on an env in this process restored to the sub-env's current state
-        (e.g. ``call("render")``). What the call changes is not kept: the sub-env's
-        state stays as it was (use :meth:`set_attr` or :meth:`set_states`).
-
-        Raises:
-            AttributeError: no such attribute. The method's own exception.
-        """
-        out = []
-        for i in self._targets(indices).tolist():
-            self._local.set_state(self._states[i])
-            self._local_used = True
-            attr = self._local.gym_env.get_wrapper_attr(name)
-            out.append(attr(*args, **kwargs) if callable(attr) else attr)
-        return tuple(out)
-
-    def get_attr(self, name: str, indices: Any = None) -> tuple[Any, ...]:
-        """Attribute ``name`` of each sub-env in ``indices`` (as SyncVectorEnv: a method is called)."""
-        return self.call(name, indices=indices)
-
-    def render(self) -> tuple[Any, ...]:
-        """Each sub-env's ``render()``, from an env restored to its state (see :meth:`call`)."""
-        return self.call("render")
-
-    def set_attr(self, name: str, values: Any, indices: Any = None) -> None:
-        """Set attribute ``name`` of the sub-envs in ``indices`` (a list/tuple: one value each; else the same value).
-
-        Only attributes that are part of the env's state can be set (e.g.
-        CartPole's ``state``): the new value is captured into the sub-env's state,
-        which the workers restore. A setting outside the state (``force_mag``,
-        ``gravity``) would reach only this process's env, so it is refused.
-        The sub-env's observation is unchanged until its next step.
-
-        Raises:
-            ValueError: wrong number of values, or ``name`` is not part of the
-                env's state (no sub-env changed). AttributeError. StateError:
-                the env's state cannot be captured outside ``plan_parallel.make``.
-        """
-        ids = self._targets(indices).tolist()
-        if not isinstance(values, (list, tuple)):
-            values = [values] * len(ids)
-        if len(values) != len(ids):
-            raise ValueError("Values must be a list or tuple with length equal to the number of environments. "
-                             f"Got `{len(values)}` values for {len(ids)} environments.")
-        self._check_idle("set_attr")
-        env = self._local.gym_env
-        new: list[tuple[int, State]] = []
-        for i, value in zip(ids, values):
-            old_state = self._states[i]
-            self._local.set_state(old_state)
-            self._local_used = True
-            old = env.get_wrapper_attr(name)
-            env.set_wrapper_attr(name, value)
-            s = get_state(env)
-            state = State(s.kind, s.sim, s.extra, s.rng, s.wrappers, old_state.obs)
-            if not _same_value(old, value):
-                env.set_wrapper_attr(name, old)  # is the value in the state, or only on this env?
-                self._local.set_state(state)
-                if not _same_value(env.get_wrapper_attr(name), value):
-                    self._local.set_state(old_state)
-                    raise ValueError(f"set_attr({name!r}): this attribute is not part of the env's state, so the "
-                                     "workers would not see it (no sub-env changed); pass it to make_vec as an "
-                                     "env kwarg instead")
-            new.append((i, state))
-        for i, state in new:
-            self._states[i] = state
 
     # ------------------------------------------------------------------ closing
     def close_extras(self, **kwargs: Any) -> None:
