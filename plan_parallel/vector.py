@@ -37,6 +37,7 @@ from plan_parallel.inputs import check_states
 from plan_parallel.results import StepBatch
 from plan_parallel.state import State
 from plan_parallel.vector_attrs import VectorAttrs
+from plan_parallel.vector_fns import check_env_fns, is_env_fns
 from plan_parallel.vector_infos import add_info
 from plan_parallel.vector_inputs import (
     check_autoreset_flags,
@@ -110,12 +111,21 @@ def _wait(fut: Any, timeout: float | None) -> bool:
         return False
 
 
-def make_vec(env: str | Callable[..., Any], num_envs: int = 1, **kwargs: Any) -> PlanVectorEnv:
+def make_vec(env: str | Callable[..., Any] | Sequence[Callable[[], Any]] | None = None, num_envs: int | None = None,
+             *, env_fns: Sequence[Callable[[], Any]] | None = None, **kwargs: Any) -> PlanVectorEnv:
     """A gymnasium ``VectorEnv`` of ``num_envs`` sub-envs stepped by planning workers.
 
     ``pp.make_vec(env, num_envs=N, n_workers=W, backend="process", autoreset_mode=...,
-    **env_kwargs)``; the arguments are :class:`PlanVectorEnv`'s.
+    **env_kwargs)``, or ``pp.make_vec(env_fns=[f, ...])`` (or the list as ``env``):
+    one sub-env per callable, as gymnasium's vector envs (see
+    :mod:`plan_parallel.vector_fns`). The arguments are :class:`PlanVectorEnv`'s.
     """
+    if env_fns is not None:
+        if env is not None:
+            raise TypeError("make_vec: give env or env_fns, not both")
+        env = env_fns
+    if env is None:
+        raise TypeError("make_vec: an env id, an env callable or env_fns is required")
     return PlanVectorEnv(env, num_envs, **kwargs)
 
 
@@ -133,8 +143,8 @@ class PlanVectorEnv(VectorAttrs, VectorEnv):  # type: ignore[misc]  # np_random(
 
     def __init__(
         self,
-        env: str | Callable[..., Any],
-        num_envs: int = 1,
+        env: str | Callable[..., Any] | Sequence[Callable[[], Any]],
+        num_envs: int | None = None,
         n_workers: int | None = None,
         backend: str = "process",
         autoreset_mode: str | AutoresetMode = AutoresetMode.NEXT_STEP,
@@ -153,8 +163,11 @@ class PlanVectorEnv(VectorAttrs, VectorEnv):  # type: ignore[misc]  # np_random(
         """Build the planning env and this process's env; no sub-env is reset yet (call :meth:`reset`).
 
         Args:
-            env: a gymnasium env id, or a callable returning a ``gymnasium.Env``.
-            num_envs: N, the number of sub-envs (any N >= 1, independent of ``n_workers``).
+            env: a gymnasium env id, a callable returning a ``gymnasium.Env``, or a
+                list of such callables, one per sub-env (gymnasium's ``env_fns``; they
+                must build the same env, see :mod:`plan_parallel.vector_fns`).
+            num_envs: N, the number of sub-envs (any N >= 1, independent of ``n_workers``;
+                default 1, or ``len(env_fns)``).
             n_workers: workers of the ``"process"`` and ``"ray"`` backends (default: CPU count).
             backend: ``"inline"``, ``"process"`` (default) or ``"ray"``, as :func:`plan_parallel.make`.
             autoreset_mode: ``AutoresetMode.NEXT_STEP`` (default), ``SAME_STEP`` or
@@ -172,6 +185,14 @@ class PlanVectorEnv(VectorAttrs, VectorEnv):  # type: ignore[misc]  # np_random(
             ValueError/TypeError: bad arguments. StateError: the env's state cannot be captured.
         """
         super().__init__()
+        fns: list[Callable[[], Any]] | None = None
+        if is_env_fns(env):
+            if env_kwargs:
+                raise TypeError(f"env kwargs {sorted(env_kwargs)} cannot be passed to env_fns (they take none)")
+            fns, num_envs = check_env_fns(env, num_envs)
+        elif num_envs is None:
+            num_envs = 1
+        recipe: str | Callable[..., Any] = fns[0] if fns is not None else env  # type: ignore[assignment]
         if not is_int(num_envs) or num_envs < 1:
             raise ValueError(f"num_envs must be an integer >= 1, got {num_envs!r}")
         try:
@@ -193,8 +214,12 @@ class PlanVectorEnv(VectorAttrs, VectorEnv):  # type: ignore[misc]  # np_random(
         self.autoreset_mode = mode
         self.recover = recover
         self.copy = bool(copy)
-        self._new_local: Callable[[], Any] = lambda: make(env, backend="inline", adapter=adapter, **env_kwargs)
-        self._plan = make(env, backend=backend, n_workers=n_workers, **opts, **env_kwargs)
+        self._new_local: Callable[[], Any] = lambda: make(recipe, backend="inline", adapter=adapter, **env_kwargs)
+        self._from_fns = fns is not None
+        # A fresh env for sub-env i, never reset by the vector env: from its own callable with env_fns.
+        self._new_sub: Callable[[int], Any] = (
+            (lambda i: make(fns[i], backend="inline", adapter=adapter)) if fns is not None else (lambda i: self._new_local()))
+        self._plan = make(recipe, backend=backend, n_workers=n_workers, **opts, **env_kwargs)
         try:
             self._local = self._plan if backend == "inline" else self._new_local()
         except BaseException:
@@ -274,8 +299,8 @@ class PlanVectorEnv(VectorAttrs, VectorEnv):  # type: ignore[misc]  # np_random(
                                  "first with reset(options={'reset_mask': mask})")
 
     # ------------------------------------------------------------------ resets
-    def _reset_one(self, state: State | None, seed: int | None, options: dict | None) -> tuple:
-        """Reset a sub-env whose current state is ``state`` (None: never reset). Returns ``(state, obs, info)``.
+    def _reset_one(self, state: State | None, seed: int | None, options: dict | None, i: int = 0) -> tuple:
+        """Reset sub-env ``i`` whose current state is ``state`` (None: never reset). Returns ``(state, obs, info)``.
 
         The local env is restored to ``state`` first, so a reset with ``seed=None``
         continues the sub-env's own RNG (and every other piece of its state that
@@ -284,9 +309,9 @@ class PlanVectorEnv(VectorAttrs, VectorEnv):  # type: ignore[misc]  # np_random(
         local = self._local
         if state is not None:
             local.set_state(state)
-        elif seed is None and self._local_used:
+        elif seed is None and (self._local_used or (i and self._from_fns)):
             # A never-reset sub-env reset without a seed: a fresh env, as SyncVectorEnv's would be.
-            with self._new_local() as fresh:
+            with self._new_sub(i) as fresh:
                 out = fresh.reset(seed=None, options=options)
                 self._last_seed = fresh.gym_env.np_random_seed
                 return out
@@ -362,7 +387,7 @@ class PlanVectorEnv(VectorAttrs, VectorEnv):  # type: ignore[misc]  # np_random(
         done = []
         seed_used: dict[int, int | None] = {}
         for i in ids:
-            state, _, info = self._reset_one(self._states[i], seeds[i], opts)
+            state, _, info = self._reset_one(self._states[i], seeds[i], opts, i)
             seed_used[i] = self._last_seed
             done.append((i, state))
             infos = self._add_info(infos, info, i)

@@ -10,7 +10,8 @@ here, per sub-env, where gymnasium's ``SyncVectorEnv`` keeps it on each env:
   ``render`` (one per reset and per step, as gymnasium's ``RenderCollection``).
 
 A sub-env never reset is read from a fresh env (as SyncVectorEnv's are before
-their first reset); what the call changes there is not kept.
+their first reset; with ``env_fns``, from its own callable); what the call
+changes there is not kept.
 """
 from __future__ import annotations
 
@@ -55,7 +56,7 @@ class VectorAttrs:
     _local_used: bool
     _states: list[State | None]
     _started: np.ndarray
-    _new_local: Callable[[], Any]
+    _new_sub: Callable[[int], Any]
 
     def _init_attrs(self) -> None:
         n = self.num_envs
@@ -118,7 +119,7 @@ class VectorAttrs:
         for i in self._attr_ids(indices):
             state = self._states[i]
             if state is None:
-                with self._new_local() as fresh:
+                with self._new_sub(i) as fresh:
                     out.append(self._read(i, fresh.gym_env, name, args, kwargs))
                 continue
             self._local.set_state(state)
