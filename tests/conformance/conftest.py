@@ -23,7 +23,7 @@ def make_pp(backend: str) -> Iterator[Callable[..., Any]]:
     """``make_pp(env, num_envs, **kw)``: ``pp.make_vec`` on the test's backend with 2 workers; closed after the test."""
     made: list[Any] = []
 
-    def make(env: Any, num_envs: int = 1, **kwargs: Any) -> Any:
+    def make(env: Any = None, num_envs: int | None = None, **kwargs: Any) -> Any:
         kwargs.setdefault("backend", backend)
         if kwargs["backend"] != "inline":
             kwargs.setdefault("n_workers", 2)
