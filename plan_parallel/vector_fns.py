@@ -26,7 +26,8 @@ def is_env_fns(env: Any) -> bool:
 
 
 def _recipe(env: Any) -> tuple[Any, ...]:
-    return (type(env.unwrapped), env.spec)
+    """What makes two envs the same env: class and spec (id, kwargs, wrappers; repr: kwargs may hold arrays)."""
+    return (type(env.unwrapped), repr(env.spec))
 
 
 def check_env_fns(env_fns: Any, num_envs: int | None) -> tuple[list[Callable[[], Any]], int]:
