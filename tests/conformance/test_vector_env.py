@@ -142,6 +142,27 @@ def test_random_seeds_set_at_retrieval(make_pp: Any) -> None:
     assert envs.np_random_seed == (0, 1, 2, 3)
 
 
+def test_random_seeds_set_at_retrieval_env_fns(make_pp: Any) -> None:
+    """Follows gymnasium tests/vector/test_vector_env.py::test_random_seeds_set_at_retrieval, with its env_fns.
+
+    Upstream's ``make_env(id, i)`` resets sub-env i with seed i when it is built:
+    the seeds are there before any vector reset, and a reset without a seed keeps them.
+    """
+    def make_env(i: int) -> Any:
+        def thunk() -> gym.Env:
+            env = gym.make("CartPole-v1")
+            env.reset(seed=i)
+            return env
+        return thunk
+
+    envs = make_pp([make_env(i) for i in range(4)])
+    assert envs.np_random_seed == (0, 1, 2, 3)
+    ref = SyncVectorEnv([make_env(i) for i in range(4)])
+    assert data_equivalence(envs.reset(), ref.reset())
+    assert envs.np_random_seed == ref.np_random_seed == (0, 1, 2, 3)
+    ref.close()
+
+
 def test_partial_reset(make_pp: Any) -> None:
     """Follows gymnasium tests/vector/test_vector_env.py::test_partial_reset."""
     envs = make_pp("CartPole-v1", 3, autoreset_mode=AutoresetMode.DISABLED)
