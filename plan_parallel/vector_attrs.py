@@ -61,6 +61,7 @@ class VectorAttrs:
     def _init_attrs(self) -> None:
         n = self.num_envs
         self._side: list[dict[str, Any]] = [{} for _ in range(n)]  # per sub-env, outside the state
+        self._created: set[str] = set()  # the names set_attr created (the env has no such attribute)
         self._collector = _render_collection(self._local.gym_env)
         self._frames: list[list[Any]] | None = [[] for _ in range(n)] if self._collector is not None else None
 
@@ -102,8 +103,10 @@ class VectorAttrs:
                 self._frames[i] = []
             return frames
         attr = env.get_wrapper_attr(name)
-        # A copy: the env in this process is restored to another sub-env's state on the next call.
-        return attr(*args, **kwargs) if callable(attr) else deepcopy(attr)
+        if callable(attr):
+            return attr(*args, **kwargs)
+        # Mutable values are copied: the env in this process is restored to another sub-env's state next.
+        return deepcopy(attr) if isinstance(attr, (np.ndarray, np.random.Generator, list, dict, set)) else attr
 
     def call(self, name: str, *args: Any, indices: Any = None, **kwargs: Any) -> tuple[Any, ...]:
         """Call method ``name`` (or read attribute ``name``) of each sub-env in ``indices`` (None: all).
@@ -161,7 +164,8 @@ class VectorAttrs:
                              f"Got `{len(values)}` values for {len(ids)} environments.")
         self._check_idle("set_attr")
         env = self._local.gym_env
-        if all(name in self._side[i] for i in ids) or not self._has_attr(name):
+        if name in self._created or not self._has_attr(name):
+            self._created.add(name)
             for i, value in zip(ids, values):
                 self._side[i][name] = value
             return
