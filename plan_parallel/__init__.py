@@ -18,6 +18,7 @@ from plan_parallel.errors import (
     PlanParallelError,
     RemoteTraceback,
     StateError,
+    WaitTimeoutError,
     WorkerCrashedError,
     WorkerTimeoutError,
 )
@@ -39,6 +40,7 @@ __all__ = [
     "State",
     "StateError",
     "StepBatch",
+    "WaitTimeoutError",
     "WorkerCrashedError",
     "WorkerTimeoutError",
     "check_clonable",
@@ -48,9 +50,10 @@ __all__ = [
     "set_state",
 ]
 
-def make_vec(env: str | Callable[..., Any], num_envs: int = 1, **kwargs: Any):
+def make_vec(env: Any = None, num_envs: int | None = None, **kwargs: Any):
     """A ``gymnasium.vector.VectorEnv`` of ``num_envs`` sub-envs over the planning workers.
 
+    ``env``: an env id, an env callable, or a list of callables (``env_fns=``), one per sub-env.
     See :func:`plan_parallel.vector.make_vec` for the arguments.
     """
     from plan_parallel.vector import make_vec as _make_vec

@@ -8,12 +8,17 @@ process, carry the remote traceback as ``__cause__`` (a :class:`RemoteTraceback`
 """
 from __future__ import annotations
 
+import multiprocessing
+
+from gymnasium.error import ClosedEnvironmentError
+
 __all__ = [
     "ClosedError",
     "PlanParallelError",
     "RemoteError",
     "RemoteTraceback",
     "StateError",
+    "WaitTimeoutError",
     "WorkerCrashedError",
     "WorkerTimeoutError",
 ]
@@ -40,8 +45,16 @@ class WorkerTimeoutError(PlanParallelError, TimeoutError):
     """A call did not finish within its deadline; the worker was killed and replaced."""
 
 
-class ClosedError(PlanParallelError):
-    """The env was closed; every later call raises this."""
+class ClosedError(PlanParallelError, ClosedEnvironmentError):
+    """The env was closed; every later call raises this (also gymnasium's ``ClosedEnvironmentError``)."""
+
+
+class WaitTimeoutError(PlanParallelError, TimeoutError, multiprocessing.TimeoutError):
+    """A wait (``step_wait(timeout)``, ``recv(timeout=)``) ran out; the call stays pending, nothing was killed.
+
+    Also ``multiprocessing.TimeoutError``, which code written for gymnasium's
+    ``AsyncVectorEnv`` catches.
+    """
 
 
 class RemoteError(PlanParallelError):

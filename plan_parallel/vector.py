@@ -21,30 +21,24 @@ autoreset mode, on every backend and worker count.
 from __future__ import annotations
 
 import time
-from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from copy import deepcopy
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 from gymnasium.error import AlreadyPendingCallError, NoAsyncCallError
-from gymnasium.vector import AutoresetMode, VectorEnv
-from gymnasium.vector.utils import batch_space, concatenate, create_empty_array
+from gymnasium.vector import AutoresetMode
+from gymnasium.vector.utils import concatenate
 
-from plan_parallel.build import make
 from plan_parallel.env import PlanEnv
-from plan_parallel.errors import ClosedError, StateError, WorkerTimeoutError
-from plan_parallel.inputs import check_states
+from plan_parallel.errors import WaitTimeoutError
 from plan_parallel.results import StepBatch
-from plan_parallel.state import State, get_state
+from plan_parallel.state import State
+from plan_parallel.vector_core import Done, Received, Step, VectorCore, empty_batch, wait_done
 from plan_parallel.vector_infos import add_info
 from plan_parallel.vector_inputs import (
-    check_autoreset_flags,
     check_indices,
-    check_reset_options,
-    check_reset_seeds,
     check_vector_actions,
-    is_array_space,
     is_int,
 )
 
@@ -53,82 +47,25 @@ __all__ = ["PlanVectorEnv", "Received", "make_vec"]
 _RECV_SLICE = 0.002  # seconds recv waits on one group before looking at the others again
 
 
-def empty_batch(space: Any, n: int, fn: Any = np.empty) -> Any:
-    """gymnasium's ``create_empty_array`` for ``n`` rows (typed: its stubs allow None, which it never returns)."""
-    return create_empty_array(space, n=n, fn=fn)
-
-
-class Received(NamedTuple):
-    """What :meth:`PlanVectorEnv.recv` returns: k sub-envs' results, in the order of ``env_ids``.
-
-    Fields as in ``VectorEnv.step`` for a batch of k (infos merged with ``_key``
-    masks over the k positions), plus ``env_ids``: int64 ``(k,)``, which sub-env each row is.
-    """
-
-    observations: Any
-    rewards: np.ndarray
-    terminations: np.ndarray
-    truncations: np.ndarray
-    infos: dict
-    env_ids: np.ndarray
-
-
-class _Done:
-    """A finished future (the inline backend runs a batch when it is submitted)."""
-
-    def __init__(self, value: Any) -> None:
-        self.value = value
-
-    def done(self) -> bool:
-        return True
-
-    def result(self, timeout: float | None = None) -> Any:
-        return self.value
-
-
-class _Step(NamedTuple):
-    """One submitted step of some sub-envs: ``fut`` steps ``ids`` (in order); ``resets`` are done already."""
-
-    fut: Any
-    ids: np.ndarray
-    resets: dict
-
-
-def _wait(fut: Any, timeout: float | None) -> bool:
-    """Wait up to ``timeout`` for ``fut``: True when it finished, False when it is still running.
-
-    Its failure raises (an env's own TimeoutError and WorkerTimeoutError too:
-    ``result`` raises TimeoutError both for "not done yet" and for those).
-    """
-    try:
-        fut.result(timeout)
-        return True
-    except TimeoutError as exc:
-        if isinstance(exc, WorkerTimeoutError) or fut.done():
-            fut.result(0)  # finished since (returns) or failed (raises its error)
-            return True
-        return False
-
-
-def _same_value(a: Any, b: Any) -> bool:
-    if a is b:
-        return True
-    try:
-        return bool(np.array_equal(a, b)) if isinstance(a, np.ndarray) or isinstance(b, np.ndarray) else bool(a == b)
-    except Exception:
-        return False
-
-
-def make_vec(env: str | Callable[..., Any], num_envs: int = 1, **kwargs: Any) -> PlanVectorEnv:
+def make_vec(env: str | Callable[..., Any] | Sequence[Callable[[], Any]] | None = None, num_envs: int | None = None,
+             *, env_fns: Sequence[Callable[[], Any]] | None = None, **kwargs: Any) -> PlanVectorEnv:
     """A gymnasium ``VectorEnv`` of ``num_envs`` sub-envs stepped by planning workers.
 
     ``pp.make_vec(env, num_envs=N, n_workers=W, backend="process", autoreset_mode=...,
-    **env_kwargs)``; the arguments are :class:`PlanVectorEnv`'s.
+    **env_kwargs)``, or ``pp.make_vec(env_fns=[f, ...])`` (or the list as ``env``):
+    one sub-env per callable, as gymnasium's vector envs (see
+    :mod:`plan_parallel.vector_fns`). The arguments are :class:`PlanVectorEnv`'s.
     """
+    if env_fns is not None:
+        if env is not None:
+            raise TypeError("make_vec: give env or env_fns, not both")
+        env = env_fns
+    if env is None:
+        raise TypeError("make_vec: an env id, an env callable or env_fns is required")
     return PlanVectorEnv(env, num_envs, **kwargs)
 
 
-class PlanVectorEnv(VectorEnv):
+class PlanVectorEnv(VectorCore):
     """N sub-envs kept as states in this process and stepped by one planning env (see :func:`make_vec`).
 
     Besides the ``VectorEnv`` API: ``step_async`` / ``step_wait(timeout)``,
@@ -140,245 +77,14 @@ class PlanVectorEnv(VectorEnv):
     reset, or recv group) has succeeded, so the call can be made again.
     """
 
-    def __init__(
-        self,
-        env: str | Callable[..., Any],
-        num_envs: int = 1,
-        n_workers: int | None = None,
-        backend: str = "process",
-        autoreset_mode: str | AutoresetMode = AutoresetMode.NEXT_STEP,
-        *,
-        recover: bool = True,
-        copy: bool = True,
-        timeout: float | None = None,
-        max_restarts: int | None = None,
-        context: str | None = None,
-        adapter: Any = None,
-        small_batch_inline: bool = True,
-        address: str | None = None,
-        worker_options: dict | None = None,
-        **env_kwargs: Any,
-    ) -> None:
-        """Build the planning env and this process's env; no sub-env is reset yet (call :meth:`reset`).
-
-        Args:
-            env: a gymnasium env id, or a callable returning a ``gymnasium.Env``.
-            num_envs: N, the number of sub-envs (any N >= 1, independent of ``n_workers``).
-            n_workers: workers of the ``"process"`` and ``"ray"`` backends (default: CPU count).
-            backend: ``"inline"``, ``"process"`` (default) or ``"ray"``, as :func:`plan_parallel.make`.
-            autoreset_mode: ``AutoresetMode.NEXT_STEP`` (default), ``SAME_STEP`` or
-                ``DISABLED`` (or their string values), with gymnasium's conventions.
-            recover: replace a worker that dies and replay its items (the step gives
-                the same result); False: a death raises :class:`~plan_parallel.WorkerCrashedError`.
-            copy: return a fresh observation array every call (as SyncVectorEnv's ``copy``).
-            timeout, context, adapter, small_batch_inline, address, worker_options:
-                options of :func:`plan_parallel.make`.
-            max_restarts: dead workers replaced over the env's life (default 3 with
-                ``recover``; 0 or None without).
-            **env_kwargs: passed to ``gymnasium.make`` (or to the callable).
-
-        Raises:
-            ValueError/TypeError: bad arguments. StateError: the env's state cannot be captured.
-        """
-        super().__init__()
-        if not is_int(num_envs) or num_envs < 1:
-            raise ValueError(f"num_envs must be an integer >= 1, got {num_envs!r}")
-        try:
-            mode = autoreset_mode if isinstance(autoreset_mode, AutoresetMode) else AutoresetMode(autoreset_mode)
-        except ValueError:
-            raise ValueError(f"autoreset_mode must be one of {[m.value for m in AutoresetMode]}, "
-                             f"got {autoreset_mode!r}") from None
-        if not isinstance(recover, bool):
-            raise TypeError(f"recover must be a bool, got {recover!r}")
-        opts = {k: v for k, v in {"timeout": timeout, "context": context, "adapter": adapter, "address": address,
-                                  "worker_options": worker_options}.items() if v is not None}
-        opts["small_batch_inline"] = small_batch_inline
-        if not recover and max_restarts:
-            raise ValueError(f"recover=False means max_restarts=0, got max_restarts={max_restarts!r}")
-        if recover and max_restarts == 0:
-            raise ValueError("recover=True needs max_restarts >= 1 (or None: 3); use recover=False for none")
-        opts["max_restarts"] = (3 if max_restarts is None else max_restarts) if recover else 0
-        self.num_envs = int(num_envs)
-        self.autoreset_mode = mode
-        self.recover = recover
-        self.copy = bool(copy)
-        self._new_local: Callable[[], Any] = lambda: make(env, backend="inline", adapter=adapter, **env_kwargs)
-        self._plan = make(env, backend=backend, n_workers=n_workers, **opts, **env_kwargs)
-        try:
-            self._local = self._plan if backend == "inline" else self._new_local()
-        except BaseException:
-            self._plan.close()
-            raise
-        self._local_used = False  # has the local env been reset or restored yet?
-        self.single_observation_space = self._plan.observation_space
-        self.single_action_space = self._plan.action_space
-        self.observation_space = batch_space(self.single_observation_space, self.num_envs)
-        self.action_space = batch_space(self.single_action_space, self.num_envs)
-        gym_env = self._local.gym_env
-        self.metadata = dict(getattr(gym_env, "metadata", {}))
-        self.metadata["autoreset_mode"] = mode
-        self.render_mode = getattr(gym_env, "render_mode", None)
-        self.spec = self._plan.spec
-        n = self.num_envs
-        self._states: list[State | None] = [None] * n
-        self._started = np.zeros(n, dtype=np.bool_)  # has a state (reset or set)
-        self._all = np.arange(n)
-        self._env_obs: list[Any] = [None] * n
-        self._observations = empty_batch(self.single_observation_space, n, np.zeros)  # copy=False
-        self._autoreset = np.zeros(n, dtype=np.bool_)
-        self._pending: _Step | None = None  # step_async's step, until step_wait
-        self._groups: list[_Step] = []  # send's steps in flight
-        self._in_flight = np.zeros(n, dtype=np.bool_)  # sent, not yet done
-        self._ready: OrderedDict[int, tuple] = OrderedDict()  # done, not yet returned by recv
-        self._action_spaces: dict[int, Any] = {n: self.action_space}
-
-    # ------------------------------------------------------------------ properties
-    @property
-    def plan_env(self) -> Any:
-        """The planning env the sub-envs are stepped by (``pids``, ``stats``, ``step_batch`` ...)."""
-        return self._plan
-
-    @property
-    def n_workers(self) -> int:
-        return self._plan.n_workers
-
-    @property
-    def autoreset_envs(self) -> np.ndarray:
-        """Which sub-envs ended their episode on the last step (a copy); in NEXT_STEP they reset on the next."""
-        return self._autoreset.copy()
-
-    @property
-    def stats(self) -> dict:
-        """The planning env's telemetry (items, batches, restarts, timeouts ...)."""
-        return self._plan.stats
-
-    # ------------------------------------------------------------------ checks
-    def _check_open(self) -> None:
-        if self.closed:
-            raise ClosedError("this vector env was closed; create a new one with plan_parallel.make_vec")
-
-    def _check_started(self, ids: Sequence[int] | np.ndarray) -> None:
-        if self._started.all():
-            return
-        missing = [int(i) for i in ids if not self._started[i]]
-        if missing:
-            raise StateError(f"sub-envs {missing} have no state yet: call reset(seed=...) first")
-
-    def _check_idle(self, what: str) -> None:
-        if self._pending is not None:
-            raise AlreadyPendingCallError(f"{what}: a step_async is pending; call step_wait() first "
-                                          "(or reset(), which drops it)", "step")
-        if self._in_flight.any() or self._ready:
-            busy = sorted(set(np.flatnonzero(self._in_flight).tolist()) | set(self._ready))
-            raise AlreadyPendingCallError(f"{what}: sub-envs {busy} were sent and not yet received; "
-                                          "call recv() first (or reset(), which drops them)", "send")
-
-    def _check_not_disabled_done(self, ids: np.ndarray) -> None:
-        if self.autoreset_mode == AutoresetMode.DISABLED:
-            done = [int(i) for i in ids if self._autoreset[i]]
-            if done:
-                raise ValueError(f"sub-envs {done} ended their episode and autoreset_mode is DISABLED: reset them "
-                                 "first with reset(options={'reset_mask': mask})")
-
-    # ------------------------------------------------------------------ resets
-    def _reset_one(self, state: State | None, seed: int | None, options: dict | None) -> tuple:
-        """Reset a sub-env whose current state is ``state`` (None: never reset). Returns ``(state, obs, info)``.
-
-        The local env is restored to ``state`` first, so a reset with ``seed=None``
-        continues the sub-env's own RNG (and every other piece of its state that
-        outlives a reset), as a separate env per sub-env would.
-        """
-        local = self._local
-        if state is not None:
-            local.set_state(state)
-        elif seed is None and self._local_used:
-            # A never-reset sub-env reset without a seed: a fresh env, as SyncVectorEnv's would be.
-            with self._new_local() as fresh:
-                return fresh.reset(seed=None, options=options)
-        self._local_used = True
-        return local.reset(seed=seed, options=options)
-
-    def _commit(self, i: int, state: State) -> None:
-        self._states[i] = state
-        self._env_obs[i] = state.obs
-        self._started[i] = True
-
-    def _batched_obs(self, step: _Step | None = None, batch: Any = None) -> Any:
-        """The N sub-envs' observations, batched.
-
-        With ``copy`` (the default) a fresh array every call, and nothing kept:
-        after a step of an array space the batch's own stacked rows are used and
-        only the rows of reset sub-envs are patched (no extra copy of, say, 8 RGB
-        frames). Without ``copy``, one buffer updated in place, as SyncVectorEnv.
-        """
-        space = self.single_observation_space
-        if not self.copy:
-            self._observations = concatenate(space, self._env_obs, self._observations)
-            return self._observations
-        if step is None or not is_array_space(space):
-            return concatenate(space, self._env_obs, empty_batch(space, self.num_envs))
-        if len(step.ids) == self.num_envs:
-            out = batch.observations.copy()  # the batch's is read-only: its rows are the states' observations
-        else:
-            out = empty_batch(space, self.num_envs)
-            if len(step.ids):
-                out[step.ids] = batch.observations
-        reset = list(step.resets)
-        if self.autoreset_mode == AutoresetMode.SAME_STEP and len(step.ids):
-            reset += step.ids[batch.terminations | batch.truncations].tolist()
-        for i in reset:
-            out[i] = self._env_obs[i]
-        return out
-
-    def _drop_in_flight(self) -> None:
-        """Forget a pending step and every sent or unreturned sub-env: their results are never returned."""
-        self._pending = None
-        self._groups = []
-        self._in_flight[:] = False
-        self._ready.clear()
-
-    def reset(self, *, seed: Any = None, options: dict | None = None) -> tuple[Any, dict]:
-        """Reset every sub-env (or those in ``options["reset_mask"]``), as SyncVectorEnv does.
-
-        Args:
-            seed: None (each sub-env continues its own RNG; a never-reset sub-env
-                is seeded at random), an int (sub-env i gets ``seed + i``) or a list
-                of N ints or None.
-            options: passed to every sub-env's reset, except ``"reset_mask"``: a
-                bool array of shape (N,) choosing the sub-envs to reset (the others
-                keep their state and observation). The caller's dict is not changed.
-
-        A pending ``step_async`` and any sub-envs sent and not received are dropped:
-        their results are never returned.
-
-        Raises:
-            TypeError/ValueError: bad seed, options or reset_mask (before anything runs).
-            ClosedError. The env's own exception from its reset (no sub-env changed).
-        """
-        self._check_open()
-        seeds = check_reset_seeds(seed, self.num_envs)
-        opts, mask = check_reset_options(options, self.num_envs)
-        self._drop_in_flight()
-        ids = range(self.num_envs) if mask is None else np.flatnonzero(mask).tolist()
-        infos: dict = {}
-        done = []
-        for i in ids:
-            state, _, info = self._reset_one(self._states[i], seeds[i], opts)
-            done.append((i, state))
-            infos = self._add_info(infos, info, i)
-        for i, state in done:
-            self._commit(i, state)
-            self._autoreset[i] = False
-        return self._batched_obs(), infos
-
     # ------------------------------------------------------------------ stepping
     def _submit(self, actions: Any, states: list) -> Any:
         """A future of ``step_batch(actions, states)``; the inline backend runs it now."""
         if not states:  # every sub-env resets: nothing to step (and step_batch cannot stack 0 Dict obs)
             empty = np.zeros(0)
-            return _Done(StepBatch([], None, empty, empty.astype(np.bool_), empty.astype(np.bool_), []))
+            return Done(StepBatch([], None, empty, empty.astype(np.bool_), empty.astype(np.bool_), []))
         if isinstance(self._plan, PlanEnv):  # the inline backend (self._plan is self._local)
-            return _Done(self._plan.step_batch(actions, states))
+            return Done(self._plan.step_batch(actions, states))
         return self._plan.step_batch_async(actions, states)
 
     def _start(self, actions: Any, ids: np.ndarray) -> tuple[Any, np.ndarray, dict]:
@@ -398,9 +104,13 @@ class PlanVectorEnv(VectorEnv):
         done = {int(i): self._reset_one(self._states[i], None, None) for i in resets}
         return fut, run, done
 
-    def _results(self, step: _Step, batch: Any) -> dict[int, tuple[State, list[dict]]]:
-        """Per sub-env ``(state, infos to add)`` of a finished step (rewards and flags are the batch's); nothing committed."""
-        out: dict[int, tuple[State, list[dict]]] = {i: (state, [info]) for i, (state, _, info) in step.resets.items()}
+    def _results(self, step: Step, batch: Any) -> dict[int, tuple[State, list[dict], bool]]:
+        """Per sub-env ``(state, infos to add, was reset)`` of a finished step (rewards and flags are the batch's).
+
+        Nothing is committed.
+        """
+        out: dict[int, tuple[State, list[dict], bool]] = {
+            i: (state, [info], True) for i, (state, _, info) in step.resets.items()}
         ended = batch.terminations | batch.truncations
         same_step = self.autoreset_mode == AutoresetMode.SAME_STEP
         for j, (i, state, info) in enumerate(zip(step.ids.tolist(), batch.states, batch.infos)):
@@ -408,9 +118,9 @@ class PlanVectorEnv(VectorEnv):
             if same_step and ended[j]:
                 final = {"final_obs": deepcopy(state.obs), "final_info": info}
                 state, _, reset_info = self._reset_one(state, None, None)
-                out[i] = (state, [final, reset_info])
+                out[i] = (state, [final, reset_info], True)
             else:
-                out[i] = (state, [info])
+                out[i] = (state, [info], False)
         return out
 
     def step_async(self, actions: Any) -> None:
@@ -428,7 +138,7 @@ class PlanVectorEnv(VectorEnv):
         self._check_started(ids)
         self._check_not_disabled_done(ids)
         fut, run, resets = self._start(actions, ids)
-        self._pending = _Step(fut, run, resets)
+        self._pending = Step(fut, run, resets)
 
     def step_wait(self, timeout: float | None = None) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict]:
         """The result of the pending :meth:`step_async`, waiting up to ``timeout`` seconds.
@@ -449,12 +159,12 @@ class PlanVectorEnv(VectorEnv):
         if step is None:
             raise NoAsyncCallError("step_wait: no step_async is pending", "step")
         try:
-            done = _wait(step.fut, timeout)
+            done = wait_done(step.fut, timeout)
         except BaseException:
             self._pending = None  # the step failed: dropped
             raise
         if not done:
-            raise TimeoutError(f"step_wait: the step is not done after {timeout} s; it stays pending "
+            raise WaitTimeoutError(f"step_wait: the step is not done after {timeout} s; it stays pending "
                                "(call step_wait again, or reset to drop it)")
         batch = step.fut.result(0)
         self._pending = None
@@ -472,7 +182,7 @@ class PlanVectorEnv(VectorEnv):
             for info in results[i][1]:
                 infos = self._add_info(infos, info, i)
         for i in range(n):
-            self._commit(i, results[i][0])
+            self._commit(i, results[i][0], results[i][2])
         self._autoreset = terms | truncs
         return self._batched_obs(step, batch), rewards, terms, truncs, infos
 
@@ -512,10 +222,10 @@ class PlanVectorEnv(VectorEnv):
         if not len(ids):
             return
         groups = np.array_split(np.arange(len(ids)), min(len(ids), self.n_workers))
-        started: list[_Step] = []
+        started: list[Step] = []
         for pos in groups:  # on an error nothing of this send is kept: its sub-envs stay idle
             sub = actions[pos] if isinstance(actions, np.ndarray) else [actions[p] for p in pos]
-            started.append(_Step(*self._start(sub, ids[pos])))
+            started.append(Step(*self._start(sub, ids[pos])))
         for step in started:
             self._groups.append(step)
             self._in_flight[step.ids] = True
@@ -537,16 +247,16 @@ class PlanVectorEnv(VectorEnv):
             self._groups.remove(step)
             rows = {i: j for j, i in enumerate(step.ids.tolist())}
             for i in ids:
-                state, add = results[i]
+                state, add, was_reset = results[i]
                 j = rows.get(i)
                 reward, term, trunc = (0.0, False, False) if j is None else (
                     float(batch.rewards[j]), bool(batch.terminations[j]), bool(batch.truncations[j]))
-                self._commit(i, state)
+                self._commit(i, state, was_reset)
                 self._autoreset[i] = term or trunc
                 self._in_flight[i] = False
                 self._ready[i] = (state.obs, reward, term, trunc, add)
 
-    def _drop(self, step: _Step) -> None:
+    def _drop(self, step: Step) -> None:
         """Forget a failed group: its sub-envs keep their states and can be sent again."""
         self._groups.remove(step)
         self._in_flight[list(step.resets) + step.ids.tolist()] = False
@@ -575,11 +285,11 @@ class PlanVectorEnv(VectorEnv):
         while len(self._ready) < k:
             left = None if deadline is None else deadline - time.monotonic()
             if left is not None and left <= 0:
-                raise TimeoutError(f"recv: {len(self._ready)} of {k} sub-envs finished within {timeout} s; "
+                raise WaitTimeoutError(f"recv: {len(self._ready)} of {k} sub-envs finished within {timeout} s; "
                                    "the rest are still running")
             head = self._groups[0]
             try:
-                _wait(head.fut, _RECV_SLICE if left is None else min(left, _RECV_SLICE))
+                wait_done(head.fut, _RECV_SLICE if left is None else min(left, _RECV_SLICE))
             except BaseException:
                 self._drop(head)
                 raise
@@ -595,148 +305,3 @@ class PlanVectorEnv(VectorEnv):
         return Received(obs, np.array([r[1] for _, r in ids], dtype=np.float64),
                         np.array([r[2] for _, r in ids], dtype=np.bool_),
                         np.array([r[3] for _, r in ids], dtype=np.bool_), infos, env_ids)
-
-    # ------------------------------------------------------------------ states
-    def get_states(self, indices: Any = None) -> list[State]:
-        """The current state of each sub-env in ``indices`` (None: all), usable by the planning API.
-
-        Raises:
-            StateError: a sub-env was never reset. TypeError/ValueError: bad indices.
-        """
-        self._check_open()
-        ids = check_indices(indices, self.num_envs)
-        self._check_started(ids)
-        return [self._states[i] for i in ids]  # type: ignore[misc]
-
-    def set_states(self, states: Sequence[State], indices: Any = None, *, autoreset: Any = False) -> None:
-        """Make ``states[j]`` the current state of sub-env ``indices[j]`` (None: all N).
-
-        The sub-env's observation becomes the state's. ``autoreset`` (a bool, or
-        one per index) marks the sub-env as having ended its episode: in NEXT_STEP
-        mode its next step resets it (pass :attr:`autoreset_envs` saved with
-        :meth:`get_states` to resume a run exactly); in DISABLED mode it must be
-        reset before stepping. Always False in SAME_STEP mode.
-
-        Raises:
-            TypeError/ValueError: bad indices, lengths or ``autoreset``.
-            StateError: a state of another env, or one without an observation.
-            AlreadyPendingCallError: a step or a send is pending.
-        """
-        self._check_open()
-        self._check_idle("set_states")
-        ids = check_indices(indices, self.num_envs)
-        states = check_states(states, self._local.kind, len(ids), None)
-        for j, s in enumerate(states):
-            if s.obs is None:
-                raise StateError(f"states[{j}] carries no observation: use states from get_states, reset, "
-                                 "step_batch or rollout_batch")
-        flags = check_autoreset_flags(autoreset, len(ids))
-        if self.autoreset_mode == AutoresetMode.SAME_STEP and flags.any():
-            raise ValueError("autoreset=True has no meaning in SAME_STEP mode (ended sub-envs reset at once)")
-        for j, i in enumerate(ids.tolist()):
-            self._commit(i, states[j])
-            self._autoreset[i] = flags[j]
-        if not self.copy:
-            concatenate(self.single_observation_space, self._env_obs, self._observations)
-
-    # ------------------------------------------------------------------ attributes
-    def _targets(self, indices: Any) -> np.ndarray:
-        self._check_open()
-        ids = check_indices(indices, self.num_envs)
-        self._check_started(ids)
-        return ids
-
-    def call(self, name: str, *args: Any, indices: Any = None, **kwargs: Any) -> tuple[Any, ...]:
-        """Call method ``name`` (or read attribute ``name``) of each sub-env in ``indices`` (None: all).
-
-        Runs on an env in this process restored to the sub-env's current state
-        (e.g. ``call("render")``). What the call changes is not kept: the sub-env's
-        state stays as it was (use :meth:`set_attr` or :meth:`set_states`).
-
-        Raises:
-            AttributeError: no such attribute. The method's own exception.
-        """
-        out = []
-        for i in self._targets(indices).tolist():
-            self._local.set_state(self._states[i])
-            self._local_used = True
-            attr = self._local.gym_env.get_wrapper_attr(name)
-            out.append(attr(*args, **kwargs) if callable(attr) else attr)
-        return tuple(out)
-
-    def get_attr(self, name: str, indices: Any = None) -> tuple[Any, ...]:
-        """Attribute ``name`` of each sub-env in ``indices`` (as SyncVectorEnv: a method is called)."""
-        return self.call(name, indices=indices)
-
-    def render(self) -> tuple[Any, ...]:
-        """Each sub-env's ``render()``, from an env restored to its state (see :meth:`call`)."""
-        return self.call("render")
-
-    def set_attr(self, name: str, values: Any, indices: Any = None) -> None:
-        """Set attribute ``name`` of the sub-envs in ``indices`` (a list/tuple: one value each; else the same value).
-
-        Only attributes that are part of the env's state can be set (e.g.
-        CartPole's ``state``): the new value is captured into the sub-env's state,
-        which the workers restore. A setting outside the state (``force_mag``,
-        ``gravity``) would reach only this process's env, so it is refused.
-        The sub-env's observation is unchanged until its next step.
-
-        Raises:
-            ValueError: wrong number of values, or ``name`` is not part of the
-                env's state (no sub-env changed). AttributeError. StateError:
-                the env's state cannot be captured outside ``plan_parallel.make``.
-        """
-        ids = self._targets(indices).tolist()
-        if not isinstance(values, (list, tuple)):
-            values = [values] * len(ids)
-        if len(values) != len(ids):
-            raise ValueError("Values must be a list or tuple with length equal to the number of environments. "
-                             f"Got `{len(values)}` values for {len(ids)} environments.")
-        self._check_idle("set_attr")
-        env = self._local.gym_env
-        new: list[tuple[int, State]] = []
-        for i, value in zip(ids, values):
-            old_state = self._states[i]
-            self._local.set_state(old_state)
-            self._local_used = True
-            old = env.get_wrapper_attr(name)
-            env.set_wrapper_attr(name, value)
-            s = get_state(env)
-            state = State(s.kind, s.sim, s.extra, s.rng, s.wrappers, old_state.obs)
-            if not _same_value(old, value):
-                env.set_wrapper_attr(name, old)  # is the value in the state, or only on this env?
-                self._local.set_state(state)
-                if not _same_value(env.get_wrapper_attr(name), value):
-                    self._local.set_state(old_state)
-                    raise ValueError(f"set_attr({name!r}): this attribute is not part of the env's state, so the "
-                                     "workers would not see it (no sub-env changed); pass it to make_vec as an "
-                                     "env kwarg instead")
-            new.append((i, state))
-        for i, state in new:
-            self._states[i] = state
-
-    # ------------------------------------------------------------------ closing
-    def close_extras(self, **kwargs: Any) -> None:
-        """Drop what is in flight and close the planning env (and this process's env)."""
-        self._drop_in_flight()
-        try:
-            self._plan.close()
-        finally:
-            if self._local is not self._plan:
-                self._local.close()
-
-    def __enter__(self) -> PlanVectorEnv:
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
-
-    def __del__(self) -> None:
-        if not getattr(self, "closed", True) and hasattr(self, "_local"):
-            self.close()
-
-    def __repr__(self) -> str:
-        name = self.spec.id if self.spec is not None else "env"
-        return (f"PlanVectorEnv({name}, num_envs={self.num_envs}, backend={self._plan.backend!r}, "
-                f"n_workers={self.n_workers}, autoreset_mode={self.autoreset_mode.value!r}"
-                f"{', closed' if self.closed else ''})")

@@ -69,15 +69,21 @@ def check_vector_actions(single: spaces.Space, actions: Any, k: int, batched: di
         batched: a cache of ``batch_space(single, k)`` by k.
 
     Raises:
-        TypeError: wrong dtype. ValueError: not k actions, or an action outside the space.
+        TypeError: wrong dtype, or a scalar where a batch is due (as gymnasium's
+        ``iterate``). ValueError: not k actions, or an action outside the space.
     """
     if is_array_space(single):
+        if np.ndim(actions) == 0:
+            raise TypeError(f"actions must be a batch of {k} actions of {single}, got a scalar {actions!r:.100} "
+                            "(unable to iterate over it)")
         return check_actions(single, actions, k)
     space = batched.get(k)
     if space is None:
         space = batched[k] = batch_space(single, k)
     try:
         items = list(iterate(space, actions))
+    except TypeError as exc:
+        raise TypeError(f"actions must be a batch of {k} actions of {single}: {exc}") from exc
     except Exception as exc:
         raise ValueError(f"actions must be a batch of {k} actions of {single}: {type(exc).__name__}: {exc}") from exc
     if len(items) != k:
