@@ -51,8 +51,11 @@ def _quiet_mujoco_deprecations() -> Iterator[None]:
         mujoco.set_mju_user_warning(previous)
 
 
-def quiet_build(env_id: str) -> contextlib.AbstractContextManager[None]:
-    """Around building a built-in env: no ALE banner, no MuJoCo deprecations of gymnasium's own models."""
+def quiet_build(env_id: str, spec: Any = None) -> contextlib.AbstractContextManager[None]:
+    """Around building a built-in env: no ALE banner, no MuJoCo deprecations of gymnasium's own models.
+
+    ``spec`` is the id's ``EnvSpec`` when the id may not be registered in this process.
+    """
     if env_id.startswith("ALE/") or "NoFrameskip" in env_id:
         # ALE's logger mode is process-wide and has no getter. ale_py's AtariEnv sets it to
         # Error itself, just after its ALEInterface printed the banner; setting it a moment
@@ -61,7 +64,7 @@ def quiet_build(env_id: str) -> contextlib.AbstractContextManager[None]:
         return contextlib.nullcontext()
     import gymnasium as gym
 
-    entry = gym.spec(env_id).entry_point
+    entry = (spec if spec is not None else gym.spec(env_id)).entry_point
     if isinstance(entry, str) and entry.startswith("gymnasium.envs.mujoco"):
         return _quiet_mujoco_deprecations()
     return contextlib.nullcontext()
@@ -129,7 +132,7 @@ class EnvFactory:
         if isinstance(self.env, str):
             _register_third_party_envs(self.env)
             recipe = self.env if self.env in gym.registry or self.spec is None else self.spec
-            with quiet_build(self.env):
+            with quiet_build(self.env, gym.registry.get(self.env, self.spec)):
                 return gym.make(recipe, **self.env_kwargs)
         env = self.env(**self.env_kwargs)
         if not isinstance(env, gym.Env):
