@@ -7,8 +7,9 @@ own seed), which is kept: a sub-env never reset, reset or read without a seed,
 is a fresh env from its own callable, as each of SyncVectorEnv's is.
 
 Sub-envs whose spaces differ raise gymnasium's ``RuntimeError``; sub-envs whose
-spaces agree but whose envs differ (another class, other kwargs) raise
-``NotImplementedError``: the workers would step them all as the first one.
+spaces agree but whose envs differ (another class, other kwargs), or may differ
+(distinct callables building envs without a spec), raise ``NotImplementedError``:
+the workers would step them all as the first one.
 """
 from __future__ import annotations
 
@@ -56,6 +57,14 @@ def check_env_fns(env_fns: Any, num_envs: int | None) -> tuple[list[Callable[[],
                         f"make_vec(env_fns=...) however the sub-environments {what} spaces are not equivalent. "
                         f"single_{what}_space={single}, sub-environment {what}_space={sub}.")
         for j, env in enumerate(envs[1:], 1):
+            if env.spec is None and fns[j] is not fns[0]:
+                # Without a spec nothing tells what the callables passed to the env's
+                # constructor: equal classes may still be different envs.
+                raise NotImplementedError(
+                    f"make_vec(env_fns=...): env_fns[{j}] is another callable than env_fns[0] and its "
+                    f"{type(env.unwrapped).__name__} has no spec, so nothing shows it is the same env; the planning "
+                    "workers step every sub-env with one env recipe: give one callable (env_fns=[f] * n), "
+                    "or register the env with gymnasium.register and build it with gymnasium.make")
             if _recipe(env) != _recipe(first):
                 raise NotImplementedError(
                     f"make_vec(env_fns=...): env_fns[{j}] builds another env than env_fns[0] "

@@ -336,3 +336,43 @@ def test_wrapper_metadata(make_pp: Any) -> None:
     assert envs.metadata == wrapped.metadata
     envs.metadata = {"render_modes": ["rgb_array"]}
     assert envs.metadata != wrapped.metadata
+
+
+class Scaled(gym.Env):
+    """An env built by hand (no spec): what its constructor was given cannot be read back."""
+
+    observation_space = gym.spaces.Box(-1e9, 1e9, (1,))
+    action_space = gym.spaces.Discrete(2)
+
+    def __init__(self, scale: float) -> None:
+        self.scale = scale
+
+    def reset(self, seed: int | None = None, options: dict | None = None) -> tuple:
+        super().reset(seed=seed)
+        self.x = 0.0
+        return np.array([self.x], dtype=np.float32), {}
+
+    def step(self, action: int) -> tuple:
+        self.x += self.scale * action
+        return np.array([self.x], dtype=np.float32), 0.0, False, False, {}
+
+    def get_state(self) -> float:
+        return self.x
+
+    def set_state(self, x: float) -> None:
+        self.x = x
+
+
+def test_env_fns_without_a_spec_must_be_one_callable(make_pp: Any) -> None:
+    """Not upstream: SyncVectorEnv steps each callable's env; the planning workers step one recipe for all.
+
+    Distinct callables building spec-less envs could differ in their constructor
+    arguments (here: scale 1 and 100), unseen: refused rather than stepped as the first.
+    """
+    with pytest.raises(NotImplementedError, match=r"env_fns\[1\] is another callable .* has no spec"):
+        make_pp([lambda: Scaled(1.0), lambda: Scaled(100.0)])
+    one = lambda: Scaled(1.0)  # noqa: E731 - the same callable twice is one recipe
+    envs = make_pp([one, one])
+    envs.reset(seed=0)
+    obs = envs.step(np.array([1, 1]))[0]
+    assert obs.tolist() == [[1.0], [1.0]]
