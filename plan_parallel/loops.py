@@ -26,7 +26,7 @@ from gymnasium import spaces
 
 from plan_parallel.results import RolloutBatch, stack_observations
 from plan_parallel.state import ActionLog, Adapter, State
-from plan_parallel.state.core import Pickled
+from plan_parallel.state.values import Pickled
 
 __all__ = ["RolloutParts", "UniformPolicy", "item_rng", "run_items", "run_rollouts", "to_rollout_batch"]
 

@@ -33,9 +33,10 @@ from collections.abc import Callable
 from typing import Any
 
 from plan_parallel.errors import StateError
-from plan_parallel.state.core import Adapter, State, bind, values_equal
+from plan_parallel.state.core import Adapter, State, bind
 from plan_parallel.state.replay import ActionReplayAdapter
 from plan_parallel.state.report import CheckResult, CloneReport
+from plan_parallel.state.values import values_equal
 
 __all__ = ["CheckResult", "CloneReport", "check_clonable", "run_checks"]
 

@@ -11,13 +11,13 @@ restore that env's state. One adapter class exists per env family
 """
 from __future__ import annotations
 
-import pickle
 from collections.abc import Callable
 from typing import Any, ClassVar
 
 import numpy as np
 
 from plan_parallel.errors import StateError
+from plan_parallel.state.values import value_digest, values_equal
 
 __all__ = [
     "Adapter",
@@ -27,67 +27,7 @@ __all__ = [
     "get_rng_state",
     "register_adapter",
     "set_rng_state",
-    "values_equal",
 ]
-
-
-def values_equal(a: Any, b: Any) -> bool:
-    """Bitwise equality of plain data: arrays by dtype, shape and bytes; containers recursively."""
-    if a is b:
-        return True
-    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
-        if not (isinstance(a, np.ndarray) and isinstance(b, np.ndarray)):
-            return False
-        if a.dtype != b.dtype or a.shape != b.shape:
-            return False
-        if a.dtype.hasobject:
-            return all(values_equal(x, y) for x, y in zip(a.ravel(), b.ravel()))
-        return a.tobytes() == b.tobytes()
-    if isinstance(a, (tuple, list)) and isinstance(b, (tuple, list)):
-        return type(a) is type(b) and len(a) == len(b) and all(
-            values_equal(x, y) for x, y in zip(a, b)
-        )
-    if isinstance(a, dict) and isinstance(b, dict):
-        return a.keys() == b.keys() and all(values_equal(a[k], b[k]) for k in a)
-    if isinstance(a, float) and isinstance(b, float):
-        return a.hex() == b.hex() if a == a or b == b else True  # NaN equals NaN here
-    try:
-        return bool(a == b)
-    except Exception as exc:
-        raise StateError(f"cannot compare state values of type {type(a).__name__}: {exc}") from exc
-
-
-class Pickled:
-    """Pickled bytes of a dict of attributes, compared by content rather than by bytes.
-
-    Two pickles of equal objects can differ in bytes: pickle records which
-    objects are shared, and an env built by its constructor shares differently
-    from one rebuilt by ``pickle.loads``. Equality therefore falls back to
-    comparing every attribute's own pickle.
-    """
-
-    __slots__ = ("data",)
-
-    def __init__(self, data: bytes) -> None:
-        self.data = data
-
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, Pickled):
-            return NotImplemented
-        if self.data == other.data:
-            return True
-        a, b = pickle.loads(self.data), pickle.loads(other.data)
-        if not (isinstance(a, dict) and isinstance(b, dict)) or a.keys() != b.keys():
-            return False
-        return all(pickle.dumps(a[k], 4) == pickle.dumps(b[k], 4) for k in a)
-
-    __hash__ = None  # type: ignore[assignment]
-
-    def __reduce__(self) -> tuple:
-        return (Pickled, (self.data,))
-
-    def __len__(self) -> int:
-        return len(self.data)
 
 
 class State:
@@ -106,11 +46,12 @@ class State:
             It is kept so that a restored env can report its observation; treat
             it as read-only.
 
-    States compare equal when every field is bitwise equal. They are values:
-    nothing in the library mutates a state after creating it.
+    States compare equal when every field is bitwise equal, and hash by
+    :meth:`key`. They are values: nothing in the library mutates a state after
+    creating it (a state changed in place would keep its old key).
     """
 
-    __slots__ = ("extra", "kind", "obs", "rng", "sim", "wrappers")
+    __slots__ = ("_key", "extra", "kind", "obs", "rng", "sim", "wrappers")
 
     def __init__(
         self,
@@ -148,12 +89,25 @@ class State:
             and values_equal(self.obs, other.obs)
         )
 
-    __hash__ = None  # type: ignore[assignment]  # states hold arrays: not hashable
+    def key(self) -> bytes:
+        """A stable 16-byte digest of what the state restores (kind, sim, extra, rng, wrappers).
+
+        Equal states have equal keys, in any process and run: for transposition
+        tables and deduplication. The observation is left out (it follows from the
+        rest). Computed once per state object.
+        """
+        k = getattr(self, "_key", None)
+        if k is None:
+            k = self._key = value_digest((self.kind, self.sim, self.extra, self.rng, self.wrappers))
+        return k
+
+    def __hash__(self) -> int:
+        return int.from_bytes(self.key()[:8], "little")
 
     def diff(self, other: State) -> list[str]:
         """Names of the fields that differ from ``other`` (empty when equal)."""
         out = []
-        for name in self.__slots__:
+        for name in ("kind", "sim", "extra", "rng", "wrappers", "obs"):
             if not values_equal(getattr(self, name), getattr(other, name)):
                 out.append(name)
         return out

@@ -11,7 +11,8 @@ from typing import Any
 
 import plan_parallel.state.replay  # noqa: F401 - registered first (after the families): tried before these
 from plan_parallel.errors import StateError
-from plan_parallel.state.core import Adapter, Pickled, register_adapter
+from plan_parallel.state.core import Adapter, register_adapter
+from plan_parallel.state.values import Pickled
 
 __all__ = ["GenericPickleAdapter", "UserMethodsAdapter", "explain_unsupported"]
 
