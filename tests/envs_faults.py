@@ -10,7 +10,7 @@ from typing import Any
 
 from tests.envs import CounterEnv
 
-__all__ = ["SlowEnv"]
+__all__ = ["SlowBuildEnv", "SlowEnv"]
 
 
 class SlowEnv(CounterEnv):
@@ -26,4 +26,19 @@ class SlowEnv(CounterEnv):
 
     def step(self, action: Any) -> tuple:
         time.sleep(self.delay)
+        return super().step(action)
+
+
+class SlowBuildEnv(CounterEnv):
+    """A :class:`CounterEnv` that takes ``build_delay`` seconds to build and ``first_step_delay`` more
+    on its first step (a heavy simulator warming up, a loaded machine)."""
+
+    def __init__(self, build_delay: float = 0.0, first_step_delay: float = 0.0, horizon: int = 1000) -> None:
+        time.sleep(float(build_delay))
+        super().__init__(horizon=horizon)
+        self.first_step_delay = float(first_step_delay)
+
+    def step(self, action: Any) -> tuple:
+        time.sleep(self.first_step_delay)
+        self.first_step_delay = 0.0
         return super().step(action)

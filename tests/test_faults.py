@@ -32,6 +32,7 @@ import plan_parallel as pp
 from plan_parallel.errors import ClosedError, RemoteError, WorkerCrashedError, WorkerTimeoutError
 from tests.deadline import call_with_deadline
 from tests.envs import FaultyEnv
+from tests.envs_faults import SlowBuildEnv
 from tests.helpers import assert_batches_equal, assert_tree_equal
 
 pytestmark = pytest.mark.usefixtures("no_leaks_module", "no_leaks")
@@ -338,6 +339,22 @@ def test_respawned_worker_gets_the_synced_state_back(oracle: pp.PlanEnv) -> None
         acts = np.array([0, 1, 2, 1, 0, 2])
         assert_batches_equal(env.step_batch(acts), oracle.step_batch(acts))
         assert env.stats["restarts"] == 1
+
+
+@pytest.mark.timeout(60)
+def test_a_call_waiting_for_a_replacement_gets_its_whole_timeout() -> None:
+    """A chunk written to a worker still building its env starts its timeout when the env is built:
+    a replacement slower to build than ``timeout`` must not time out the call waiting for it."""
+    with pp.make(SlowBuildEnv, backend="inline") as oracle, \
+            pp.make(SlowBuildEnv, n_workers=2, timeout=1.0, small_batch_inline=False, build_delay=1.5,
+                    first_step_delay=0.6) as env:
+        s0 = env.reset(seed=0)[0]
+        assert oracle.reset(seed=0)[0] == s0
+        _kill(env.pids[1])
+        acts = np.array([0, 1, 2, 1])
+        got = call_with_deadline(lambda: env.step_batch(acts, states=[s0] * 4), 20.0, "step_batch")
+        assert_batches_equal(got, oracle.step_batch(acts, states=[s0] * 4))
+        assert env.stats["restarts"] == 1 and env.stats["timeouts"] == 0
 
 
 @pytest.mark.timeout(60)

@@ -133,12 +133,23 @@ class Slot:
                 return  # gone: the next wait sees its sentinel and sends these parts again
             queued += 0 if idle else len(part.data)
 
+    def ready(self) -> None:
+        """The worker built its env: it starts on its queue now; write what can be written."""
+        self.state = SlotState.READY
+        self._head_starts()
+        self.write()
+
     def answered(self, part: Part) -> None:
         """``part`` was answered: the next one starts now; write what can be written."""
         self.queue.remove(part)
+        self._head_starts()
+        self.write()
+
+    def _head_starts(self) -> None:
+        """The head of the queue starts running now: its deadline counts from here, not from its writing
+        (a call written to a worker still building its env, or busy with the one before it)."""
         if self.queue:
             self.queue[0].sent_at = max(self.queue[0].sent_at, time.monotonic())
-        self.write()
 
     def retire(self) -> None:
         """The worker is gone: forget its queue (the caller has queued those parts elsewhere first)."""

@@ -115,8 +115,7 @@ class WorkerPool:
                         f"{type(err).__name__}: {err}", cause=err)
         if self.info is None:
             self.info = reply.value
-        slot.state = SlotState.READY
-        slot.write()
+        slot.ready()
 
     # ------------------------------------------------------------------ guard and recovery
     @contextlib.contextmanager
