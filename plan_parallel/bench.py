@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["add_bench_arguments", "alternate", "hand_loop", "make_workload", "run_bench"]
+__all__ = ["NATIVE", "add_bench_arguments", "alternate", "hand_loop", "make_plain_env", "make_workload", "run_bench", "to_native"]
 
 
 def add_bench_arguments(p: argparse.ArgumentParser) -> None:
@@ -31,7 +31,7 @@ def add_bench_arguments(p: argparse.ArgumentParser) -> None:
 
 
 # ------------------------------------------------------------------ workloads
-def _make_env(env_id: str, **kw: Any) -> Any:
+def make_plain_env(env_id: str, **kw: Any) -> Any:
     from plan_parallel.factory import EnvFactory
 
     return EnvFactory(env_id, kw)()
@@ -75,7 +75,23 @@ def _ale_native(env: Any) -> tuple[Callable, Callable]:
     return (lambda: ale.cloneState(include_rng=True)), ale.restoreState
 
 
-NATIVE = {"CartPole-v1": _cartpole_native, "ALE/Pong-v5": _ale_native}
+def _mujoco_native(env: Any) -> tuple[Callable, Callable]:
+    import mujoco
+
+    u = env.unwrapped
+    m, d = u.model, u.data
+    spec = mujoco.mjtState.mjSTATE_FULLPHYSICS
+    size = mujoco.mj_stateSize(m, spec)
+
+    def get() -> np.ndarray:
+        out = np.empty(size)
+        mujoco.mj_getState(m, d, out, spec)
+        return out
+
+    return get, lambda s: mujoco.mj_setState(m, d, s, spec)
+
+
+NATIVE = {"CartPole-v1": _cartpole_native, "ALE/Pong-v5": _ale_native, "HalfCheetah-v5": _mujoco_native}
 
 
 def hand_loop(env: Any, step: Callable, get: Callable, put: Callable, states: list, actions: Any, dt: int) -> int:
@@ -125,10 +141,10 @@ def bench_inline(repeats: int, quick: bool) -> list[str]:
         states, actions = make_workload(pe, b)
         # The hand loop runs on its own plain env with native state values.
         # The same start states, as native values, in a plain env of its own.
-        raw = _make_env(env_id, **kw)
+        raw = make_plain_env(env_id, **kw)
         raw.reset(seed=0)
         get, put = NATIVE[env_id](raw)
-        native_states = [_to_native(env_id, pe, s) for s in states]
+        native_states = [to_native(env_id, pe, s) for s in states]
         for dt in (1, 4):
             steps = sum(i["n_steps"] for i in pe.step_batch(actions, states, dt).infos)
             t = alternate(
@@ -147,7 +163,7 @@ def bench_inline(repeats: int, quick: bool) -> list[str]:
     return lines
 
 
-def _to_native(env_id: str, pe: Any, state: Any) -> Any:
+def to_native(env_id: str, pe: Any, state: Any) -> Any:
     """The value the family's native getter would return for ``state``."""
     if env_id.startswith("ALE/"):
         return state.sim  # an ale_py.ALEState, valid in any env of the same game

@@ -3,11 +3,13 @@ from __future__ import annotations
 
 import statistics
 import time
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
-from plan_parallel.bench import alternate, make_workload
+from plan_parallel.bench import NATIVE, hand_loop, make_plain_env, make_workload, to_native
+from plan_parallel.bench_timing import measure
 
 __all__ = ["CASES", "bench_process", "fixed_cost", "parallel_ceiling"]
 
@@ -78,41 +80,69 @@ def _async_vector_reference(env_id: str, kw: dict, w: int, steps: int) -> float:
         venv.close()
 
 
+def _raw_loop(env_id: str, kw: dict, ref: Any, states: list, actions: np.ndarray) -> tuple[Any, Callable]:
+    """The same-run reference: a plain env stepped by ``unwrapped.step`` with its family's native state calls."""
+    raw = make_plain_env(env_id, **kw)
+    raw.reset(seed=0)
+    get, put = NATIVE[env_id](raw)
+    native = [to_native(env_id, ref, st) for st in states]
+    step = raw.unwrapped.step
+
+    def run(b: int, dt: int) -> int:
+        return hand_loop(raw, step, get, put, native[:b], actions[:b], dt)
+
+    return raw, run
+
+
 def bench_process(repeats: int, quick: bool, workers: int) -> list[str]:
+    """Per workload: the raw loop, inline, the process backend (default options) and the process
+    backend with every batch on the workers; items/s, ratios, and the CPU per item of the caller and
+    of the workers."""
     import plan_parallel as pp
 
     sizes = (8, 64) if quick else (8, 64, 512)
+    dts = (1,) if quick else (1, 4)
     lines = [
-        f"process backend (W={workers}) vs inline, transitions/s (median of {repeats} alternating runs)",
-        f"{'workload':<16} {'B':>5} {'dt':>3} {'inline':>10} {'process':>10} {'ratio':>6}",
+        f"process backend (W={workers}), default options ('process') and every batch on the workers ('workers'), "
+        f"against inline and the raw loop (unwrapped.step with the family's native state calls, no State objects)",
+        f"items/s: medians of {repeats} alternating samples; cpu: microseconds per item, caller (c) and workers (w)",
+        f"parallel ceiling now: {workers} busy processes run {parallel_ceiling(workers):.2f}x one",
+        f"{'workload':<15} {'B':>4} {'dt':>2} {'raw/s':>8} {'inline/s':>8} {'process/s':>9} {'workers/s':>9} "
+        f"{'inl/raw':>7} {'proc/raw':>8} {'proc/inl':>8} {'wrk/inl':>7}  {'proc c/w us':>12}  {'wrk c/w us':>12}",
     ]
     fixed = []
-    lines.append(f"parallel ceiling now: {workers} busy processes run {parallel_ceiling(workers):.2f}x one")
     for label, env_id, kw in CASES:
         ref = pp.make(env_id, backend="inline", **kw)
         proc = pp.make(env_id, backend="process", n_workers=workers, **kw)
         strict = pp.make(env_id, backend="process", n_workers=workers, small_batch_inline=False, **kw)
+        raw = None
         try:
             states, actions = make_workload(ref, max(sizes))
+            raw, raw_run = _raw_loop(env_id, kw, ref, states, actions)
             for b in sizes:
-                for dt in (1, 4):
+                for dt in dts:
                     st, ac = states[:b], actions[:b]
-                    steps = sum(i["n_steps"] for i in ref.step_batch(ac, st, dt).infos)
-                    t = alternate(
-                        {"inline": lambda: ref.step_batch(ac, st, dt), "process": lambda: proc.step_batch(ac, st, dt)},
-                        repeats,
+                    t = measure(
+                        {"raw": lambda: raw_run(b, dt), "inline": lambda: ref.step_batch(ac, st, dt),
+                         "process": lambda: proc.step_batch(ac, st, dt),
+                         "workers": lambda: strict.step_batch(ac, st, dt)},
+                        repeats, pids={"process": lambda: proc.pids, "workers": lambda: strict.pids},
                     )
+                    rate = {k: b / v.wall for k, v in t.items()}
+                    cpu = {k: f"{v.caller_cpu / b * 1e6:.1f}/{v.worker_cpu / b * 1e6:.0f}" for k, v in t.items()}
                     lines.append(
-                        f"{label:<16} {b:>5} {dt:>3} {steps / t['inline']:>10,.0f} {steps / t['process']:>10,.0f} "
-                        f"{t['inline'] / t['process']:>6.2f}"
+                        f"{label:<15} {b:>4} {dt:>2} {rate['raw']:>8,.0f} {rate['inline']:>8,.0f} "
+                        f"{rate['process']:>9,.0f} {rate['workers']:>9,.0f} {rate['inline'] / rate['raw']:>7.2f} "
+                        f"{rate['process'] / rate['raw']:>8.2f} {rate['process'] / rate['inline']:>8.2f} "
+                        f"{rate['workers'] / rate['inline']:>7.2f}  {cpu['process']:>12}  {cpu['workers']:>12}"
                     )
             fixed.append(f"{label}: {fixed_cost(strict, states[0], repeats) * 1e6:.0f} us")
             ref_tps = _async_vector_reference(env_id, kw, workers, 200 if quick else 1000)
-            lines.append(f"{label:<16} gymnasium AsyncVectorEnv ({workers} envs, dt=1): {ref_tps:,.0f} transitions/s")
+            lines.append(f"{label:<15} gymnasium AsyncVectorEnv ({workers} envs, dt=1): {ref_tps:,.0f} items/s")
         finally:
-            ref.close()
-            proc.close()
-            strict.close()
-    lines.append("fixed cost of a call with 2 tiny items, always on workers (median): " + "; ".join(fixed))
+            for e in (ref, proc, strict, raw):
+                if e is not None:
+                    e.close()
+    lines.append("round trip of a call with 2 tiny items, always on workers (median): " + "; ".join(fixed))
     lines.append(f"parallel ceiling at the end: {parallel_ceiling(workers):.2f}x")
     return lines

@@ -1,0 +1,84 @@
+"""Timing for ``plan-parallel bench``: wall time, the caller's CPU and the workers' CPU, side by side.
+
+On a small machine the calling process shares the cores with the workers, so
+a backend's cost is three figures, not one: the wall time of a call, the CPU
+the caller spent on it (taken from the workers when cores are scarce), and the
+CPU the workers spent. Functions compared are run in alternation, so a noisy
+neighbour slows them alike; each sample repeats its call until it lasts a few
+milliseconds, so the clock's resolution and one-off hiccups do not dominate.
+"""
+from __future__ import annotations
+
+import os
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["Timing", "measure", "process_cpu_seconds"]
+
+SAMPLE_SECONDS = 0.02  # a sample repeats its call until it lasts about this long
+
+
+@dataclass(frozen=True)
+class Timing:
+    """Medians per call of one function, measured in alternation with others."""
+
+    wall: float  # seconds per call
+    caller_cpu: float  # CPU seconds this process spent per call
+    worker_cpu: float  # CPU seconds the workers spent per call (0 for in-process work)
+
+
+def process_cpu_seconds(pids: Sequence[int | None]) -> float:
+    """User + system CPU seconds of the live processes ``pids`` (Linux /proc; 0 elsewhere or when gone)."""
+    tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+    total = 0.0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        total += (int(fields[11]) + int(fields[12])) / tick  # utime, stime (fields 14 and 15 of stat)
+    return total
+
+
+def _calls_per_sample(fn: Callable[[], Any]) -> int:
+    t0 = time.perf_counter()
+    fn()
+    once = max(time.perf_counter() - t0, 1e-6)
+    return max(1, min(1000, round(SAMPLE_SECONDS / once)))
+
+
+def measure(fns: dict[str, Callable[[], Any]], repeats: int,
+            pids: dict[str, Callable[[], Sequence[int | None]]] | None = None) -> dict[str, Timing]:
+    """Median wall and caller CPU per call of each function over ``repeats`` alternating samples.
+
+    Args:
+        fns: name -> a call to time.
+        repeats: samples per function; the functions take turns.
+        pids: name -> the worker pids whose CPU that function's calls use
+            (their total over every sample, per call: /proc counts in ticks).
+    """
+    pids = pids or {}
+    per_sample = {k: _calls_per_sample(f) for k, f in fns.items()}  # also the warm-up
+    walls: dict[str, list[float]] = {k: [] for k in fns}
+    cpus: dict[str, list[float]] = {k: [] for k in fns}
+    worker_total = dict.fromkeys(fns, 0.0)
+    for _ in range(repeats):
+        for k, f in fns.items():
+            n = per_sample[k]
+            w0 = process_cpu_seconds(pids[k]()) if k in pids else 0.0
+            c0, t0 = time.process_time(), time.perf_counter()
+            for _ in range(n):
+                f()
+            walls[k].append((time.perf_counter() - t0) / n)
+            cpus[k].append((time.process_time() - c0) / n)
+            if k in pids:
+                worker_total[k] += max(0.0, process_cpu_seconds(pids[k]()) - w0)
+    return {
+        k: Timing(statistics.median(walls[k]), statistics.median(cpus[k]),
+                  worker_total[k] / (repeats * per_sample[k]))
+        for k in fns
+    }
