@@ -24,9 +24,9 @@ __all__ = ["NATIVE", "add_bench_arguments", "alternate", "hand_loop", "make_plai
 
 
 def add_bench_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--suite", choices=[*SUITES, "all"], default="all")
+    p.add_argument("--suite", choices=[*SUITES, "all"], default="all", help="which suite to run (see above)")
     p.add_argument("--repeats", type=int, default=7, help="alternating runs per figure (median)")
-    p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--workers", type=int, default=2, help="worker processes or Ray actors")
     p.add_argument("--quick", action="store_true", help="small batches and few repeats (a smoke run)")
 
 

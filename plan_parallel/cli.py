@@ -7,7 +7,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["main", "parse_env_kwargs"]
+__all__ = ["build_parser", "main", "parse_env_kwargs", "probe_env"]
 
 
 def parse_env_kwargs(pairs: Sequence[str]) -> dict[str, Any]:
@@ -28,9 +28,35 @@ def parse_env_kwargs(pairs: Sequence[str]) -> dict[str, Any]:
     return out
 
 
+def probe_env(env_id: str, pairs: Sequence[str]) -> Any:
+    """Build one env of ``env_id`` with the ``--kw`` pairs, here and now; returns its action space.
+
+    A user's mistake in the id or the kwargs is found this way before any worker
+    starts (a worker would report it only after it started).
+
+    Raises:
+        ValueError: a pair without ``=``, or kwargs the env refuses.
+        gymnasium.error.Error: an id gymnasium does not know, or a missing dependency.
+    """
+    from plan_parallel.factory import EnvFactory
+
+    factory = EnvFactory(env_id, parse_env_kwargs(pairs))
+    try:
+        env = factory()
+    except TypeError as e:  # gymnasium.make refusing the kwargs
+        kw = ", ".join(pairs) or "no kwargs"
+        raise ValueError(f"cannot build {env_id} with {kw}: {str(e).splitlines()[0]}") from e
+    try:
+        return env.action_space
+    finally:
+        env.close()
+
+
 def _cmd_check(args: argparse.Namespace) -> int:
     from plan_parallel.state.check import check_clonable
 
+    for env_id in args.env:  # every id and the kwargs, before the first check runs
+        probe_env(env_id, args.kw)
     kwargs = parse_env_kwargs(args.kw)
     code = 0
     for env_id in args.env:
@@ -54,13 +80,37 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     return run_plan(args)
 
 
+_BENCH_SUITES = """\
+suites (--suite; all runs each, in this order):
+  inline:  the inline backend against a hand-written loop of gymnasium calls and
+           the family's native state calls
+  process: the process backend (--workers workers) against inline, and
+           gymnasium's AsyncVectorEnv as a reference
+  rollout: rollout_batch (each item's sequence in one worker) against one
+           step_batch call per depth
+  vector:  make_vec against gymnasium's SyncVectorEnv and AsyncVectorEnv
+  ray:     the Ray backend (--workers actors) against inline and the process
+           backend (skipped without Ray)
+Every figure is the median of --repeats alternating runs; ratios compare runs
+made side by side."""
+
+
+class _DefaultsFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
+    """Defaults in ``--help``, except an unset option's (None, off, empty): its help says what unset means."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        if action.default is None or action.default is False or action.default == []:
+            return action.help
+        return super()._get_help_string(action)
+
+
 def build_parser() -> argparse.ArgumentParser:
     from plan_parallel import __version__
 
     p = argparse.ArgumentParser(prog="plan-parallel", description="Parallel (state, action, dt) rollouts of gymnasium envs.")
     p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
-    defaults = argparse.ArgumentDefaultsHelpFormatter
+    defaults = _DefaultsFormatter
 
     from plan_parallel.plan_cli import add_plan_arguments
 
@@ -72,14 +122,16 @@ def build_parser() -> argparse.ArgumentParser:
     c = sub.add_parser("check", formatter_class=defaults, help="prove or refute bit-identical replay from saved states")
     c.add_argument("env", nargs="+", help="gymnasium env id(s), e.g. CartPole-v1 ALE/Pong-v5")
     c.add_argument("--kw", action="append", default=[], metavar="KEY=VALUE", help="env kwarg (repeatable)")
-    c.add_argument("--seed", type=int, default=0)
+    c.add_argument("--seed", type=int, default=0, help="reset seed of the checked episodes (others derive from it)")
     c.add_argument("--steps", type=int, default=32, help="length of the replayed action sequence")
     c.add_argument("--no-fresh-process", action="store_true", help="skip the check in a new process")
     c.set_defaults(func=_cmd_check)
 
     from plan_parallel.bench import add_bench_arguments
 
-    b = sub.add_parser("bench", formatter_class=defaults, help="throughput of the backends against a hand-written loop")
+    b = sub.add_parser("bench", formatter_class=_DefaultsFormatter,
+                       help="throughput of the backends against a hand-written loop",
+                       description=_BENCH_SUITES)
     add_bench_arguments(b)
     b.set_defaults(func=_cmd_bench)
     return p

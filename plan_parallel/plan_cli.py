@@ -24,17 +24,22 @@ _ANIMATION_SUFFIXES = (".gif", ".mp4")
 
 
 def add_plan_arguments(p: argparse.ArgumentParser) -> None:
+    p.epilog = ("A planner option left unset takes the env's preset (CartPole-v1, Acrobot-v1,\n"
+                "MountainCar-v0, Pendulum-v1, ALE/Pong-v5), else the planner's default;\n"
+                "the first line printed shows the values used.")
     p.add_argument("env", help="gymnasium env id, e.g. CartPole-v1, MountainCar-v0, ALE/Pong-v5")
     p.add_argument("--planner", choices=["mcts", "shooting", "beam"], default="mcts",
                    help="mcts (UCT tree search), shooting (random shooting / CEM) or beam (beam search)")
     p.add_argument("--budget", type=int,
-                   help="simulations (mcts) or sequences (shooting) per decision, or beam width (beam)")
+                   help="simulations (mcts) or sequences (shooting) per decision, or beam width (beam) "
+                        "(default: the env's preset, else the planner's)")
     p.add_argument("--workers", type=int, default=2, help="worker processes (process and ray backends)")
     p.add_argument("--backend", choices=["inline", "process", "ray"], default="process",
                    help="where the items run: this process, worker processes, or Ray actors")
     p.add_argument("--episodes", type=int, default=1, help="episodes to plan, one after the other")
     p.add_argument("--seed", type=int, default=0, help="episode e uses seed + e (env reset and planner)")
-    p.add_argument("--max-steps", type=int, help="stop an episode after this many env steps")
+    p.add_argument("--max-steps", type=int,
+                   help="stop an episode after this many env steps (default: the env's time limit)")
     p.add_argument("--dt", type=int, help="action repeat: env steps per decision and per tree/rollout step")
     p.add_argument("--depth", type=int, help="rollout depth (mcts), horizon (shooting) or depth (beam), in dt steps")
     p.add_argument("--leaves", type=int, help="mcts: leaves expanded and rolled out per batch")
@@ -141,31 +146,26 @@ def run_plan(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     import plan_parallel as pp
-    from plan_parallel.cli import parse_env_kwargs
-    from plan_parallel.factory import check_env_id
+    from plan_parallel.cli import parse_env_kwargs, probe_env
     from plan_parallel.planners import run_episode
     from plan_parallel.planners.presets import make_planner
 
     _check_args(args)
-    check_env_id(args.env)  # a typo is one line, before any worker starts
     env_kwargs = parse_env_kwargs(args.kw)
     try:
         planner = make_planner(args.planner, args.env, **_planner_params(args))
     except TypeError as e:
         raise ValueError(str(e)) from e
+    action_space = probe_env(args.env, args.kw)  # the id and kwargs tried here, before any worker starts
+    if args.planner in ("mcts", "beam") and not isinstance(action_space, spaces.Discrete):
+        raise ValueError(f"{args.planner} needs a Discrete action space, {args.env} has {action_space}; "
+                         "try --planner shooting")
     n_workers = None if args.backend == "inline" else args.workers
     workers = "" if n_workers is None else f", workers={n_workers}"
     print(f"{planner} on {args.env}, backend={args.backend}{workers}", flush=True)
     episodes: list[Any] = []
-    try:
-        env = pp.make(args.env, backend=args.backend, n_workers=n_workers, **env_kwargs)
-    except TypeError as e:  # gymnasium.make refusing the kwargs (raised in the worker that built it)
-        kw = ", ".join(args.kw) or "no kwargs"
-        raise ValueError(f"cannot build {args.env} with {kw}: {str(e).splitlines()[0]}") from e
+    env = pp.make(args.env, backend=args.backend, n_workers=n_workers, **env_kwargs)
     with env:
-        if args.planner in ("mcts", "beam") and not isinstance(env.action_space, spaces.Discrete):
-            raise ValueError(f"{args.planner} needs a Discrete action space, {args.env} has {env.action_space}; "
-                             "try --planner shooting")
         live = None
         if args.record is not None:
             live = pp.make(args.env, backend="inline", render_mode="rgb_array", **env_kwargs)

@@ -156,3 +156,28 @@ def test_the_pickle_adapter_on_an_env_holding_a_lambda_reports_the_attribute() -
     assert not report.ok
     assert "HoldsALambda.step_func does not pickle" in report.error, str(report)
     assert "NOT CLONABLE" in str(report)
+
+
+class CountsResets(gym.Wrapper):
+    """Counts every reset of the envs it wraps (a class attribute: action replay rebuilds its envs' wrappers)."""
+
+    resets = 0
+
+    def reset(self, **kwargs):
+        CountsResets.resets += 1
+        return super().reset(**kwargs)
+
+
+@pytest.mark.timeout(120)
+def test_check_times_an_action_replay_restore_as_a_reset_and_a_replay() -> None:
+    """The set cost of a replay state is a restore the env cannot shortcut, not a no-op on the history it holds.
+
+    Every timed restore is a reset plus a replay of the whole history (before: restores
+    alternated between a state and its copy, which the env already held: 0 resets, 'set 1.0 us').
+    """
+    CountsResets.resets = 0
+    report = pp.check_clonable(lambda: CountsResets(gym.make("LunarLander-v3")), fresh_process=False, budget=300)
+    assert report.ok, str(report)
+    untimed = 50  # resets of the protocol's own checks (13 here)
+    assert CountsResets.resets > untimed + 100, CountsResets.resets
+    assert "set is a reset and a replay of the history: 11 steps here" in str(report), str(report)

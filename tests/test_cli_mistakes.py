@@ -1,4 +1,4 @@
-"""A user's mistake at the command line: a short message on stderr, exit code 2, no traceback, no worker started.
+"""A user's mistake at the command line: a short message on stderr, exit code 2, no traceback, nothing run.
 
 Each case runs the real ``plan-parallel`` entry point in a subprocess.
 """
@@ -22,6 +22,8 @@ CASES = [
     (["plan", "CartPole-v1", "--episodes", "0"], "--episodes must be >= 1"),
     (["plan", "CartPole-v1", "--planner", "beam", "--leaves", "4"], "--leaves does not apply to --planner beam"),
     (["plan", "Pendulum-v1", "--backend", "inline"], "needs a Discrete action space"),
+    (["plan", "Pendulum-v1"], "needs a Discrete action space"),
+    (["check", "CartPole-v1", "--kw", "foo=1"], "unexpected keyword argument 'foo'"),
 ]
 
 
@@ -40,6 +42,7 @@ def test_a_mistake_is_one_short_line(argv: list[str], says: str) -> None:
     errors = [line for line in r.stderr.splitlines() if line.startswith("plan-parallel: error:")]
     assert len(errors) == 1 and says in errors[0], r.stderr
     assert len(r.stderr.splitlines()) <= 2, r.stderr
+    assert r.stdout == "", r.stdout  # refused before the planner's line: no worker started, no episode
     if "CartPol-v1" in argv:
         assert time.monotonic() - t0 < 20  # refused before any worker or env was built
 
@@ -50,3 +53,29 @@ def test_version_and_help_defaults() -> None:
     assert r.returncode == 0 and r.stdout.strip() == f"plan-parallel {pp.__version__}"
     h = run_cli("plan", "--help").stdout
     assert "(default: mcts)" in h and "(default: process)" in h and "beam" in h
+    assert "(default: None)" not in h and "the env's preset" in h and "the env's time limit" in h
+
+
+def undescribed(help_text: str) -> list[str]:
+    """Options in ``--help`` output with no help text (on their line after two spaces, or on the next line)."""
+    lines = help_text.splitlines()
+    out = []
+    for line, after in zip(lines, [*lines[1:], ""]):
+        if line.startswith("  -"):
+            same_line = "  " in line.strip()
+            next_line = after.startswith("    ") and not after.lstrip().startswith("-")
+            if not (same_line or next_line):
+                out.append(line.strip())
+    return out
+
+
+@pytest.mark.timeout(60)
+def test_every_option_and_suite_is_described() -> None:
+    from plan_parallel.bench import SUITES
+
+    for command in ("plan", "check", "bench"):
+        h = run_cli(command, "--help").stdout
+        assert "  --" in h and undescribed(h) == [], (command, undescribed(h))
+    h = run_cli("bench", "--help").stdout
+    for suite in SUITES:
+        assert f"  {suite}:" in h, (suite, h)

@@ -186,19 +186,32 @@ def _hint(report: CloneReport) -> str:
     return ""
 
 
-def _measure(runner: _Runner, state: State, action: Any, repeats: int = 200) -> tuple[float, float, float, int]:
+def _siblings(runner: _Runner, state: State, actions: list) -> tuple[State, State]:
+    """Unpickled copies of two states one step after ``state`` by different actions (as states arrive on a worker).
+
+    Both are copies of the same state when every action in ``actions`` is equal.
+    """
+    first = runner.replay(state, actions[:1])[0][4]
+    other = next((x for x in actions[1:] if not values_equal(x, actions[0])), None)
+    second = first if other is None else runner.replay(state, [other])[0][4]
+    return tuple(pickle.loads(pickle.dumps(s, protocol=pickle.HIGHEST_PROTOCOL)) for s in (first, second))  # type: ignore[return-value]
+
+
+def _measure(runner: _Runner, state: State, actions: list, repeats: int = 200) -> tuple[float, float, float, int]:
     """Microseconds per capture, restore and step, and the state's pickled bytes.
 
-    Restores alternate between the state and an unpickled copy of it, as states
-    arrive on a worker: an adapter that skips restoring the state it holds (an
-    action replay extending its history) pays its real cost, a full replay.
+    Restores alternate between copies of two siblings (one step after ``state``,
+    different actions), as states arrive on a worker: neither holds the other's
+    history, so an adapter that shortcuts restoring a history its env holds or
+    extends (action replay) pays its real cost, a reset and a replay of the whole
+    history; an RNG is set on every restore, as for a copy.
     """
     ad = runner.adapter
-    copy_ = pickle.loads(pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL))
-    ad.restore(state)
+    first, second = _siblings(runner, state, actions)
+    ad.restore(second)
     t0 = time.perf_counter()
     for k in range(repeats):
-        ad.restore(copy_ if k % 2 else state)
+        ad.restore(second if k % 2 else first)
     set_us = (time.perf_counter() - t0) / repeats * 1e6
     ad._rng_known = None
     t0 = time.perf_counter()
@@ -206,10 +219,11 @@ def _measure(runner: _Runner, state: State, action: Any, repeats: int = 200) -> 
         ad.capture(None, None)
     get_us = (time.perf_counter() - t0) / repeats * 1e6
     step = runner.step
+    ad.restore(state)
     n = 0
     t0 = time.perf_counter()
     for _ in range(repeats):
-        _, _, term, trunc, _ = step(action)
+        _, _, term, trunc, _ = step(actions[0])
         n += 1
         if term or trunc:
             ad.restore(state)
@@ -277,10 +291,11 @@ def _run_protocol(
         report.checks += _check_fresh_process(factory, adapter, start, actions, truth, seed, timeout)
     report.checks.append(_check_time_limit(runner, space, seed, budget))
     report.checks.append(_check_termination(runner, space, seed, budget))
-    report.get_us, report.set_us, report.step_us, report.state_bytes = _measure(runner, start, actions[0])
+    report.get_us, report.set_us, report.step_us, report.state_bytes = _measure(runner, start, actions)
     if isinstance(runner.adapter, ActionReplayAdapter):
-        depth = len(start.sim[2] or ())
-        report.set_note = f"set replays the history: {depth} steps here, growing with depth"
+        depth = len(start.sim[2] or ()) + 1  # _measure restores states one step after start
+        report.set_note = (f"set is a reset and a replay of the history: {depth} steps here, growing with depth "
+                           "(less when the env holds a prefix of it)")
 
 
 def _check_fresh_process(
