@@ -262,6 +262,8 @@ def _check_action_array(
     except (ValueError, TypeError) as exc:
         raise TypeError(f"actions must be array-like for {space}, got {type(actions).__name__}: {exc}") from exc
     if arr.dtype == object:
+        if single and any(isinstance(a, State) for a in arr.ravel()[:1]):
+            raise TypeError(f"an action for {space} must be numeric, got a State: step takes (action, state)")
         hint = ""
         if any(isinstance(a, State) for a in arr.ravel()[:8]):
             hint = " of State: step_batch takes (actions, states), rollout_batch takes (states, actions)"

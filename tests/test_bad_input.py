@@ -86,6 +86,7 @@ def bad_calls(env: Any, s: State) -> dict[str, Callable[[], Any]]:
     calls["string actions"] = lambda: env.step_batch(np.array(["a"] * 4), [s] * 4)
     calls["actions and states swapped"] = lambda: env.step_batch([s] * 4, good)
     calls["rollout states and actions swapped"] = lambda: env.rollout_batch(good[:, None], [s] * 4)
+    calls["step state and action swapped"] = lambda: env.step(s, good[0])
     calls["states not a sequence"] = lambda: env.step_batch(good, s)
     calls["dt 0"] = lambda: env.step_batch(good, [s] * 4, dt=0)
     calls["dt 2**63"] = lambda: env.step_batch(good, [s] * 4, dt=2**63)
@@ -198,3 +199,12 @@ def test_integer_actions_reach_the_env_in_the_space_dtype(multi: bool, setup: st
         assert roll.rewards.sum() == 6.0
         s2, *_ = env.step(actions[0], state=s)
         assert s2.obs[0] == (3.0 if multi else 1.0)
+
+
+def test_swapped_arguments_name_the_call_that_was_made() -> None:
+    with pp.make("CartPole-v1", backend="inline") as env:
+        s = env.reset(seed=0)[0]
+        with pytest.raises(TypeError, match=r"got a State: step takes \(action, state\)"):
+            env.step(s, 1)
+        with pytest.raises(TypeError, match=r"step_batch takes \(actions, states\)"):
+            env.step_batch([s] * 2, [0, 1])

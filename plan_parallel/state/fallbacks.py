@@ -140,5 +140,7 @@ def explain_unsupported(unwrapped: Any) -> str:
         "set_state(state) on the env class; register an Adapter with "
         "plan_parallel.state.register_adapter; or, for a pure-Python env, check it with "
         "plan_parallel.check_clonable(env, adapter=plan_parallel.state.GenericPickleAdapter) "
-        "and then register_adapter(GenericPickleAdapter, YourEnvClass)"
+        "and then pass adapter=plan_parallel.state.GenericPickleAdapter to plan_parallel.make (or call "
+        "register_adapter(GenericPickleAdapter, YourEnvClass) in the module that defines the env: a "
+        "registration in a script's __main__ does not reach worker processes)"
     )
