@@ -1,6 +1,8 @@
 """check_clonable and `plan-parallel check`: passes on the supported families, diagnoses broken adapters."""
 from __future__ import annotations
 
+import types
+
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -181,3 +183,32 @@ def test_check_times_an_action_replay_restore_as_a_reset_and_a_replay() -> None:
     untimed = 50  # resets of the protocol's own checks (13 here)
     assert CountsResets.resets > untimed + 100, CountsResets.resets
     assert "set is a reset and a replay of the history: 11 steps here" in str(report), str(report)
+
+
+def _module_step(self: gym.Env, action: int) -> tuple:
+    return np.zeros(1, dtype=np.float32), 0.0, False, False, {}
+
+
+class BindsMethods(gym.Env):
+    """As gymnasium's GenericTestEnv: ``step`` bound with ``types.MethodType`` to a module function of another name.
+
+    The bound method pickles (by name: ``getattr(env, "_module_step")``) but does not
+    unpickle, so the pickle adapter's restore raises AttributeError.
+    """
+
+    def __init__(self) -> None:
+        self.observation_space = gym.spaces.Box(0.0, 1.0, (1,))
+        self.action_space = gym.spaces.Discrete(2)
+        self.step = types.MethodType(_module_step, self)  # type: ignore[method-assign]
+
+    def reset(self, seed: int | None = None, options: dict | None = None) -> tuple:
+        super().reset(seed=seed)
+        return np.zeros(1, dtype=np.float32), {}
+
+
+def test_a_state_that_does_not_restore_is_reported_not_raised() -> None:
+    report = pp.check_clonable(BindsMethods, adapter=GenericPickleAdapter, fresh_process=False, budget=50)
+    assert not report.ok
+    assert "restoring a state raised AttributeError" in report.error, str(report)
+    assert "_module_step" in report.error
+    assert "NOT CLONABLE" in str(report)

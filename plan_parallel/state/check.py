@@ -57,9 +57,19 @@ class _Runner:
         return self.adapter.capture(None, obs), obs
 
     def replay(self, state: State | None, actions: list) -> list[tuple]:
-        """Restore ``state`` (None: continue live), apply ``actions``; one record per step."""
+        """Restore ``state`` (None: continue live), apply ``actions``; one record per step.
+
+        Raises:
+            StateError: restoring raised (an attribute that pickles but does not
+                unpickle, a simulator that refuses the data); the report names it.
+        """
         if state is not None:
-            self.adapter.restore(state)
+            try:
+                self.adapter.restore(state)
+            except StateError:
+                raise
+            except Exception as e:
+                raise StateError(f"restoring a state raised {type(e).__name__}: {e}") from e
         out = []
         for a in actions:
             obs, r, term, trunc, _ = self.step(a)

@@ -7,7 +7,8 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
-__all__ = ["FinalObsEnv", "SlowStepEnv", "SpaceSampleEnv"]
+__all__ = ["CountEnv", "CustomSpace", "CustomSpaceEnv", "FinalObsEnv", "SlowStepEnv", "SpaceSampleEnv", "StringSpace",
+           "TenStepEnv"]
 
 
 class FinalObsEnv(gym.Env):
@@ -95,3 +96,119 @@ class SlowStepEnv(gym.Env):
 
     def set_state(self, state: int) -> None:
         self.t = state
+
+
+class CustomSpace(gym.Space):
+    """gymnasium's tests/vector/testing_utils.CustomSpace: ``contains`` compares with ints (its env's actions are strings)."""
+
+    def sample(self) -> Any:
+        return self.np_random.integers(0, 10, ())
+
+    def contains(self, x: Any) -> bool:
+        return bool(0 <= x <= 10)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, CustomSpace)
+
+    def __hash__(self) -> int:
+        return hash(type(self))
+
+
+class StringSpace(CustomSpace):
+    """CustomSpace whose ``contains`` accepts the strings its env is stepped with."""
+
+    def contains(self, x: Any) -> bool:
+        return isinstance(x, str)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, StringSpace)
+
+    def __hash__(self) -> int:
+        return hash(type(self))
+
+
+class CustomSpaceEnv(gym.Env):
+    """gymnasium's CustomSpaceEnv: observations are strings naming the last action (its state)."""
+
+    metadata: dict[str, Any] = {"render_modes": []}
+
+    def __init__(self, space_type: type[gym.Space] = CustomSpace) -> None:
+        self.observation_space = space_type()
+        self.action_space = space_type()
+        self.last = "reset"
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[str, dict]:
+        super().reset(seed=seed)
+        self.last = "reset"
+        return self.last, {}
+
+    def step(self, action: Any) -> tuple:
+        self.last = f"step({action:s})"
+        return self.last, 0.0, False, False, {}
+
+    def get_state(self) -> str:
+        return self.last
+
+    def set_state(self, state: str) -> None:
+        self.last = state
+
+
+class TenStepEnv(gym.Env):
+    """The env of gymnasium's test_normalize_reward.py: reward 1.0 on the 10th step, which terminates.
+
+    Observations are zeros (upstream samples them at random): the reward wrapper does not read them.
+    """
+
+    metadata: dict[str, Any] = {"render_modes": []}
+
+    def __init__(self) -> None:
+        self.observation_space = spaces.Box(0.0, 1.0, shape=(1,), dtype=np.float32)
+        self.action_space = spaces.Box(0.0, 1.0, shape=(1,), dtype=np.float32)
+        self.step_id = 0
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[np.ndarray, dict]:
+        super().reset(seed=seed)
+        self.step_id = 0
+        return np.zeros(1, dtype=np.float32), {}
+
+    def step(self, action: Any) -> tuple:
+        self.step_id += 1
+        terminated = self.step_id == 10
+        return np.zeros(1, dtype=np.float32), float(terminated), terminated, False, {}
+
+    def get_state(self) -> int:
+        return self.step_id
+
+    def set_state(self, state: int) -> None:
+        self.step_id = state
+
+
+class CountEnv(gym.Env):
+    """gymnasium's test_autoreset_mode.py env (count_reset / count_step), with ``max_count`` in its state.
+
+    Observation: the step count (reset to the seed, 0 without one); reward: the action;
+    terminated when the count reaches ``max_count``.
+    """
+
+    metadata: dict[str, Any] = {"render_modes": []}
+
+    def __init__(self) -> None:
+        self.observation_space = spaces.Discrete(5)
+        self.action_space = spaces.Discrete(5)
+        self.count = 0
+        self.max_count: int | None = None
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[int, dict]:
+        super().reset(seed=seed)
+        self.count = seed if seed is not None else 0
+        return self.count, {}
+
+    def step(self, action: Any) -> tuple:
+        self.count += 1
+        return self.count, action, self.count == self.max_count, False, {}
+
+    def get_state(self) -> tuple[int, int | None]:
+        return self.count, self.max_count
+
+    def set_state(self, state: tuple[int, int | None]) -> None:
+        self.count, self.max_count = state

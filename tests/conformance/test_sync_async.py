@@ -55,14 +55,16 @@ def seeded(env_id: str, seed: int, **kwargs: Any) -> Any:
 
 
 def test_create(make_pp: Any) -> None:
-    """Follows gymnasium tests/vector/test_sync_vector_env.py::test_create_sync_vector_env."""
+    """Follows gymnasium tests/vector/test_sync_vector_env.py::test_create_sync_vector_env (and
+    test_async_vector_env.py::test_create_async_vector_env)."""
     envs = make_pp([seeded("FrozenLake-v1", i) for i in range(8)])
     assert envs.num_envs == 8
     assert make_pp(env_fns=[seeded("FrozenLake-v1", i) for i in range(3)]).num_envs == 3
 
 
 def test_metadata(make_pp: Any) -> None:
-    """Follows gymnasium tests/vector/test_sync_vector_env.py::test_metadata_sync_vector_env."""
+    """Follows gymnasium tests/vector/test_sync_vector_env.py::test_metadata_sync_vector_env (and
+    test_async_vector_env.py::test_metadata_async_vector_env)."""
     envs_1 = make_pp([seeded("CartPole-v1", 0)], autoreset_mode=AutoresetMode.NEXT_STEP)
     envs_2 = make_pp([seeded("CartPole-v1", 1)], autoreset_mode=AutoresetMode.SAME_STEP)
     assert envs_1.metadata["autoreset_mode"] == AutoresetMode.NEXT_STEP

@@ -27,7 +27,7 @@ from gymnasium import spaces
 from gymnasium.utils.env_checker import data_equivalence
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
-from tests.conformance.envs import FinalObsEnv, SpaceSampleEnv
+from tests.conformance.envs import CountEnv, CustomSpaceEnv, FinalObsEnv, SpaceSampleEnv, StringSpace
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -38,7 +38,10 @@ def sync_cartpole(n: int, **kwargs: Any) -> SyncVectorEnv:
 
 @pytest.mark.parametrize("mode", [AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP, AutoresetMode.DISABLED])
 def test_vector_env_equal(make_pp: Any, mode: AutoresetMode) -> None:
-    """Follows gymnasium tests/vector/test_vector_env.py::test_vector_env_equal (and test_autoreset_mode.py's three modes)."""
+    """Follows gymnasium tests/vector/test_vector_env.py::test_vector_env_equal, in each autoreset mode.
+
+    (test_autoreset_mode.py's three tests are ported below, each step as upstream writes it.)
+    """
     envs = make_pp("CartPole-v1", 4, autoreset_mode=mode)
     ref = sync_cartpole(4, autoreset_mode=mode)
     assert envs.num_envs == ref.num_envs
@@ -103,6 +106,39 @@ def test_obs_action_spaces(make_pp: Any, space: spaces.Space) -> None:
         assert out[0] in envs.observation_space
         assert data_equivalence(out, ref_out)
     ref.close()
+
+
+def run_custom_space(make_pp: Any, space_type: type) -> None:
+    """gymnasium's test_custom_space_sync_vector_env, on make_vec with ``space_type`` as both spaces.
+
+    One callable for the four sub-envs: make_vec refuses distinct callables of a spec-less env.
+    """
+    envs = make_pp([lambda: CustomSpaceEnv(space_type)] * 4)
+    assert isinstance(envs.single_action_space, space_type) and isinstance(envs.action_space, spaces.Tuple)
+    assert isinstance(envs.single_observation_space, space_type)
+    assert isinstance(envs.observation_space, spaces.Tuple)
+    obs, _ = envs.reset()
+    assert obs == ("reset", "reset", "reset", "reset")
+    obs, *_ = envs.step(("action-2", "action-3", "action-5", "action-7"))
+    assert obs == ("step(action-2)", "step(action-3)", "step(action-5)", "step(action-7)")
+
+
+@pytest.mark.xfail(strict=True, raises=TypeError, reason=(
+    "make_vec checks every action with single_action_space.contains (SyncVectorEnv passes actions on "
+    "unchecked); upstream's CustomSpace.contains compares its env's string actions with ints and raises "
+    "TypeError (see test_custom_space_accepting_its_actions)"))
+def test_custom_space(make_pp: Any) -> None:
+    """Follows gymnasium tests/vector/test_sync_vector_env.py::test_custom_space_sync_vector_env (and
+    test_async_vector_env.py::test_custom_space_async_vector_env), with upstream's CustomSpace."""
+    from tests.conformance.envs import CustomSpace
+
+    run_custom_space(make_pp, CustomSpace)
+
+
+def test_custom_space_accepting_its_actions(make_pp: Any) -> None:
+    """Follows gymnasium tests/vector/test_sync_vector_env.py::test_custom_space_sync_vector_env, with a
+    CustomSpace whose ``contains`` accepts the string actions."""
+    run_custom_space(make_pp, StringSpace)
 
 
 def test_final_obs_info(make_pp: Any) -> None:
@@ -214,3 +250,63 @@ def test_autoreset_metadata(make_pp: Any, mode: AutoresetMode) -> None:
         envs = make_pp("CartPole-v1", 2, autoreset_mode=given)
         assert envs.metadata["autoreset_mode"] == mode
         assert "autoreset_mode" not in gym.make("CartPole-v1").metadata
+
+
+def count_envs(make_pp: Any, mode: AutoresetMode) -> Any:
+    """Upstream's three count envs with max_count [2, 3, 3].
+
+    Upstream sets ``max_count`` before the first reset, on envs that do not have the
+    attribute; a per-sub-env value outside the state needs the core (see
+    test_sync_async.py::test_set_attr), so CountEnv holds max_count in its state and
+    it is set just after the first reset, which upstream's count_reset leaves alone.
+    """
+    envs = make_pp(CountEnv, 3, autoreset_mode=mode)
+    assert envs.metadata["autoreset_mode"] == mode
+    obs, info = envs.reset()
+    assert np.all(obs == [0, 0, 0]) and info == {}
+    envs.set_attr("max_count", [2, 3, 3])
+    return envs
+
+
+def expect(out: tuple, obs: list, rewards: list, terms: list, info: dict | None = None) -> None:
+    assert np.all(out[0] == obs) and np.all(out[1] == rewards)
+    assert np.all(out[2] == terms) and np.all(out[3] == [False, False, False])
+    assert data_equivalence(out[4], {} if info is None else info), out[4]
+
+
+def final(mask: list, values: list) -> dict:
+    return {"final_obs": np.array(values, dtype=object), "final_info": {},
+            "_final_obs": np.array(mask), "_final_info": np.array(mask)}
+
+
+def test_autoreset_next_step(make_pp: Any) -> None:
+    """Follows gymnasium tests/vector/test_autoreset_mode.py::test_autoreset_next_step (see count_envs)."""
+    envs = count_envs(make_pp, AutoresetMode.NEXT_STEP)
+    expect(envs.step([1, 2, 3]), [1, 1, 1], [1, 2, 3], [False, False, False])
+    expect(envs.step([1, 2, 3]), [2, 2, 2], [1, 2, 3], [True, False, False])
+    expect(envs.step([1, 2, 3]), [0, 3, 3], [0, 2, 3], [False, True, True])
+    expect(envs.step([1, 2, 3]), [1, 0, 0], [1, 0, 0], [False, False, False])
+
+
+def test_autoreset_within_step(make_pp: Any) -> None:
+    """Follows gymnasium tests/vector/test_autoreset_mode.py::test_autoreset_within_step (see count_envs)."""
+    envs = count_envs(make_pp, AutoresetMode.SAME_STEP)
+    expect(envs.step([1, 2, 3]), [1, 1, 1], [1, 2, 3], [False, False, False])
+    expect(envs.step([1, 2, 3]), [0, 2, 2], [1, 2, 3], [True, False, False], final([True, False, False], [2, None, None]))
+    expect(envs.step([1, 2, 3]), [1, 0, 0], [1, 2, 3], [False, True, True], final([False, True, True], [None, 3, 3]))
+    expect(envs.step([1, 2, 3]), [0, 1, 1], [1, 2, 3], [True, False, False], final([True, False, False], [2, None, None]))
+
+
+def test_autoreset_disabled(make_pp: Any) -> None:
+    """Follows gymnasium tests/vector/test_autoreset_mode.py::test_autoreset_disabled (see count_envs)."""
+    envs = count_envs(make_pp, AutoresetMode.DISABLED)
+    expect(envs.step([1, 2, 3]), [1, 1, 1], [1, 2, 3], [False, False, False])
+    out = envs.step([1, 2, 3])
+    expect(out, [2, 2, 2], [1, 2, 3], [True, False, False])
+    obs, info = envs.reset(options={"reset_mask": out[2]})
+    assert np.all(obs == [0, 2, 2]) and info == {}
+    out = envs.step([1, 2, 3])
+    expect(out, [1, 3, 3], [1, 2, 3], [False, True, True])
+    obs, info = envs.reset(options={"reset_mask": out[2]})
+    assert np.all(obs == [1, 0, 0]) and info == {}
+    expect(envs.step([1, 2, 3]), [2, 1, 1], [1, 2, 3], [True, False, False])
