@@ -82,6 +82,13 @@ class Slot:
             return self.queue[0].sent_at + timeout
         return None
 
+    def reply_due_in(self, seconds_per_step: float, now: float) -> float | None:
+        """Seconds until the head's reply is expected (None: nothing running, or still starting)."""
+        if self.state is not SlotState.READY or not self.queue or not self.queue[0].written:
+            return None
+        head = self.queue[0]
+        return head.sent_at + head.cost * seconds_per_step - now
+
     def push(self, part: Part) -> None:
         """Queue ``part`` (pickled once) and note the state the worker will hold after it."""
         if part.data == b"":

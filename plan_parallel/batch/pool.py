@@ -71,6 +71,7 @@ class WorkerPool:
         self._suspect = False  # an exception left the pool mid-operation: recover before going on
         self._broken: str | None = None
         self._requeue: list[tuple[int, Part]] = []
+        self._step_seconds: float | None = None  # a worker's env seconds per step (EMA), to know when replies are due
         self._ids = READY
         self.feeder = Feeder(SlabPool())
         self.info: WorkerInfo | None = None
@@ -265,13 +266,21 @@ class WorkerPool:
         for due in (self.slots[i].due(self.timeout) for i in active):
             if due is not None:
                 wait = max(0.0, due - now) if wait is None else max(0.0, min(wait, due - now))
-        ready = self._type.wait_any([self.slots[i].worker for i in active], wait, self._wake_r)
+        ready = self._type.wait_any([self.slots[i].worker for i in active], wait, self._wake_r,
+                                    self._due_in(active, now))
         if self._closing:
             self._fail_all(ClosedError("the env was closed while this batch was in flight"))
             return
         for k in ready:
             self._drain(active[k])
         self._check_deadlines(active)
+
+    def _due_in(self, active: list[int], now: float) -> float | None:
+        """Seconds until the first reply is expected (None: unknown), from the env time per step measured so far."""
+        if self._step_seconds is None:
+            return None
+        due = [d for d in (self.slots[i].reply_due_in(self._step_seconds, now) for i in active) if d is not None]
+        return min(due, default=None)
 
     def _drain(self, i: int) -> None:
         slot = self.slots[i]
@@ -284,6 +293,10 @@ class WorkerPool:
                 self.stats["stray_replies"] += 1  # never delivered: no call waits for it
                 continue
             self.stats["busy_seconds"][i] += reply.env_seconds
+            if part.cost:
+                per = reply.env_seconds / part.cost
+                old = self._step_seconds
+                self._step_seconds = per if old is None else 0.8 * old + 0.2 * per
             self._deliver(i, part, reply)
             slot.answered(part)
             self.feeder.release_slab(part)  # last: interrupted before, the part is sent again into it

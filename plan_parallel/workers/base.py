@@ -65,9 +65,12 @@ class Worker(Protocol):
         """``(shared, args)`` of a call whose one argument ``blob`` goes to every worker (sent or stored once)."""
 
     @classmethod
-    def wait_any(cls, workers: Sequence[Any], timeout: float | None, wake: int | None) -> list[int]:
+    def wait_any(cls, workers: Sequence[Any], timeout: float | None, wake: int | None,
+                 due_in: float | None = None) -> list[int]:
         """Wait up to ``timeout`` until some of ``workers`` have a reply or died; their positions.
 
         ``wake`` is a file descriptor that ends the wait when readable (another
         thread closing the env); a backend that cannot watch it waits in short slices.
+        ``due_in`` is when the first reply is expected, in seconds (None: unknown):
+        a backend that can poll instead of sleeping does so only when it is soon.
         """

@@ -39,7 +39,9 @@ __all__ = ["PIPE_SAFE_BYTES", "ExternalProcess", "default_context", "describe_ex
 # the smallest socket buffer of a duplex Pipe (~200 KB on Linux, less on macOS).
 PIPE_SAFE_BYTES = 32 * 1024
 SPIN_SECONDS = 300e-6  # the parent, waiting for replies, polls this long before it blocks
-WORKER_SPIN_SECONDS = 2e-3  # a worker, waiting for its next call
+# A worker, waiting for its next call, polls at most this long, and only while calls come that
+# soon: it polls twice the last gap between its reply and the next call, when under this.
+WORKER_SPIN_SECONDS = 2e-3
 # The parent blocks at most this long at a time: a Ctrl-C the kernel hands to another
 # thread interrupts no system call here, and Python acts on it only between slices.
 BLOCK_SLICE_SECONDS = 0.1
@@ -208,13 +210,16 @@ class ExternalProcess:
         return (), (blob,)
 
     @classmethod
-    def wait_any(cls, workers: Sequence[ExternalProcess], timeout: float | None, wake: int | None) -> list[int]:
-        """Poll, yielding the CPU, for a few hundred us; then block until a pipe or sentinel is ready
-        (for at most ``BLOCK_SLICE_SECONDS``: the pool calls again).
+    def wait_any(cls, workers: Sequence[ExternalProcess], timeout: float | None, wake: int | None,
+                 due_in: float | None = None) -> list[int]:
+        """Block until a pipe or sentinel is ready (for at most ``BLOCK_SLICE_SECONDS``: the pool calls
+        again); when the first reply is due within ``SPIN_SECONDS`` (or when is unknown), poll,
+        yielding the CPU, for that long first.
 
         A blocked reader costs the writer a cross-core wake-up (25-50 us on a
-        small VM); a reader that polls and yields answers in a few us without
-        starving the other processes (``sched_yield`` lets them run).
+        small VM); a reader that polls and yields answers in a few us. But a
+        poller takes CPU time from the workers when they outnumber the free
+        cores, so it polls only for replies that are due at once (tiny calls).
         """
         poller = select.poll()
         owner: dict[int, int] = {}
@@ -224,7 +229,9 @@ class ExternalProcess:
                 owner[fd] = k
         if wake is not None:
             poller.register(wake, select.POLLIN)
-        spin = SPIN_SECONDS if timeout is None else min(SPIN_SECONDS, timeout)
+        spin = SPIN_SECONDS if due_in is None or due_in <= SPIN_SECONDS else 0.0
+        if timeout is not None:
+            spin = min(spin, timeout)
         end = time.perf_counter() + spin
         events = poller.poll(0)
         while not events and time.perf_counter() < end:
@@ -298,15 +305,21 @@ def worker_main(conn: Connection, blob: bytes, parent_pid: int, tie: bool) -> No
         return
     poller = select.poll()
     poller.register(conn.fileno(), select.POLLIN)
+    spin = WORKER_SPIN_SECONDS
     try:
         while True:
             try:
-                end = time.perf_counter() + WORKER_SPIN_SECONDS
+                idle_since = time.perf_counter()
+                end = idle_since + spin
                 while not poller.poll(0) and time.perf_counter() < end:
                     _yield()
                 while not poller.poll(1000):
                     if not _parent_alive(parent_pid, first_ppid):
                         return
+                gap = time.perf_counter() - idle_since
+                # Poll for the next call only while calls come back to back: a worker polling
+                # through the caller's own work takes a core from it on a small machine.
+                spin = 2 * gap if 2 * gap < WORKER_SPIN_SECONDS else 0.0
                 call: Call = pickle.loads(conn.recv_bytes())
             except (EOFError, OSError):
                 return  # the parent closed the pipe or died

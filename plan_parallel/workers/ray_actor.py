@@ -189,7 +189,8 @@ class RayWorker:
         return (blob,), (SharedArg(0),)
 
     @classmethod
-    def wait_any(cls, workers: Sequence[RayWorker], timeout: float | None, wake: int | None) -> list[int]:
+    def wait_any(cls, workers: Sequence[RayWorker], timeout: float | None, wake: int | None,
+                 due_in: float | None = None) -> list[int]:
         """Wait until the head call of some worker is answered (or its actor died); their positions."""
         ray = import_ray()
         heads = {}
