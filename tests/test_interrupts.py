@@ -32,7 +32,9 @@ import psutil
 import pytest
 
 import plan_parallel as pp
+from plan_parallel.batch import BatchEnv, Tuner
 from plan_parallel.errors import ClosedError, WorkerTimeoutError
+from plan_parallel.factory import EnvFactory
 from tests.conftest_leaks import live_children, shm_segments
 from tests.deadline import call_with_deadline
 from tests.envs import CounterEnv, FaultyEnv
@@ -292,14 +294,27 @@ def test_interrupted_close_then_close_again_frees_everything() -> None:
 
 
 # =========================================================================== threads
+@pytest.fixture
+def fast_thread_switches() -> Iterator[None]:
+    """Threads take turns every 10 us instead of every 5 ms: races show in a short test."""
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-5)
+    yield
+    sys.setswitchinterval(old)
+
+
 @pytest.mark.timeout(120)
-def test_threads_share_one_env_and_each_gets_its_own_results(oracle: pp.PlanEnv, starts: list) -> None:
+@pytest.mark.parametrize("where", ["auto", "here", "workers"])
+def test_threads_share_one_env_and_each_gets_its_own_results(where: str, oracle: pp.PlanEnv, starts: list,
+                                                             fast_thread_switches: None) -> None:
+    """3 threads on one env, their batches run where the tuner says (auto), all in the calling
+    process (here: one local env the threads share) or all on the workers."""
     rng = np.random.default_rng(7)
     work = {t: [(acts(rng, 5), [starts[int(i)] for i in rng.integers(0, len(starts), 5)]) for _ in range(40)]
             for t in range(3)}
     want = {t: [oracle.step_batch(a, states=s) for a, s in items] for t, items in work.items()}
     errors: list[BaseException] = []
-    with pp.make(CounterEnv, n_workers=2, horizon=1000) as env:
+    with BatchEnv(EnvFactory(CounterEnv, {"horizon": 1000}), n_workers=2, tuner=Tuner(2, where)) as env:
         env.reset(seed=0)
 
         def run(t: int) -> None:

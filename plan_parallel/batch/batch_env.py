@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import multiprocessing as mp
 import os
+import threading
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -117,6 +118,7 @@ class BatchEnv:
         self._tuner = tuner or Tuner(n, "auto" if small_batch_inline and timeout is None else "workers")
         self._state: State | None = None
         self._local: PlanEnv | None = None
+        self._local_lock = threading.RLock()  # one thread at a time runs batches on the local env
         chosen = select_backend(backend, cloudpickle.dumps((factory, adapter)), n, self.context, address,
                                 worker_options)
         self._where = chosen.where
@@ -153,10 +155,11 @@ class BatchEnv:
     def gym_env(self) -> Any:
         """A gymnasium env in this process at the current state (for rendering; built on first use)."""
         self._check_open()
-        local = self._ensure_local()
-        if self._state is not None:
-            local.set_state(self._state)
-        return local.gym_env
+        with self._local_lock:
+            local = self._ensure_local()
+            if self._state is not None:
+                local.set_state(self._state)
+            return local.gym_env
 
     def validate(self, state: State) -> None:
         """Check that ``state`` can restore this env (its kind, then its simulator part, in this process).
@@ -196,9 +199,10 @@ class BatchEnv:
         and :attr:`gym_env` restores the current one when asked. (An env restoring
         every state made current would run user code here for no batch.)
         """
-        if self._local is None:
-            self._local = PlanEnv(self._factory, adapter=self._adapter_cls)
-        return self._local
+        with self._local_lock:
+            if self._local is None:
+                self._local = PlanEnv(self._factory, adapter=self._adapter_cls)
+            return self._local
 
     def _set_current(self, state: State) -> None:
         self._state = state
@@ -374,10 +378,11 @@ class BatchEnv:
         self.stats["batches"] += 1
         self.stats["items"] += job.n
         if self._tuner.run_here(size_class):
-            local = self._ensure_local()  # built outside the timing: its cost is not a step's
-            t0 = time.perf_counter()
-            value = self._run_here(local, job)
-            self._tuner.learn(size_class, True, (time.perf_counter() - t0) / max(1, steps))
+            with self._local_lock:  # threads take turns on the one local env
+                local = self._ensure_local()  # built outside the timing: its cost is not a step's
+                t0 = time.perf_counter()
+                value = self._run_here(local, job)
+                self._tuner.learn(size_class, True, (time.perf_counter() - t0) / max(1, steps))
             self.stats["inline_batches"] += 1
             return BatchFuture.completed(job.n, value)
         fut = BatchFuture(self._pool, job.n, job, job.gatherer(self.observation_space))
