@@ -1,11 +1,14 @@
 """Action-replay families (Box2D): a state restores to the same trajectory on any env, in linear time on workers."""
 from __future__ import annotations
 
+import pickle
+
 import gymnasium as gym
 import numpy as np
 import pytest
 
 import plan_parallel as pp
+from plan_parallel.errors import StateError
 from plan_parallel.state.replay import ActionLog, ActionReplayAdapter
 
 pytestmark = pytest.mark.usefixtures("no_leaks")
@@ -118,3 +121,29 @@ def test_interleaved_histories_are_each_extended() -> None:
                 for t in range(30):
                     s = ref.step(t % 3)[0]
                 assert s == states[k]
+
+
+@pytest.mark.parametrize("actions", [
+    [np.array([0.5, -1.0], dtype=np.float32), np.array([0.0, 1.0], dtype=np.float32)] * 3,  # stacked
+    [0, 3, 1, 2],  # Discrete: plain values
+    [np.array(0.5), np.array(1.5)],  # 0-d arrays stay 0-d arrays
+    [np.zeros(2), np.zeros(3)],  # shapes differ: listed
+], ids=["box", "discrete", "0-d", "ragged"])
+def test_a_pickled_action_log_is_the_same_history(actions: list) -> None:
+    """A log that travelled has the same actions (types, dtypes, shapes), the same key at every
+    length, and extends as the original does."""
+    log = ActionLog.from_list(actions)
+    back = pickle.loads(pickle.dumps(log))
+    assert back == log and len(back) == len(log)
+    for k in range(1, len(actions) + 1):
+        assert back.ancestor(k).key == log.ancestor(k).key
+    for a, b in zip(back.to_list(), actions):
+        assert type(a) is type(b) and np.array_equal(a, b)
+        if isinstance(b, np.ndarray):
+            assert (a.dtype, a.shape) == (b.dtype, b.shape)
+    assert ActionLog(back, actions[0]) == ActionLog(log, actions[0])
+
+
+def test_a_pickled_action_log_with_damaged_keys_is_refused() -> None:
+    with pytest.raises(StateError, match="key bytes"):
+        ActionLog.rebuild([0, 1], b"\0" * 16)

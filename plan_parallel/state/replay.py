@@ -77,7 +77,36 @@ class ActionLog:
         return node
 
     def __reduce__(self):
-        return (ActionLog.from_list, (self.to_list(),))
+        # The actions (stacked into one array when they are arrays of one shape and dtype) and
+        # every node's key: unpickling builds the nodes without hashing the history again.
+        nodes = []
+        node: ActionLog | None = self
+        while node is not None:
+            nodes.append(node)
+            node = node.parent
+        nodes.reverse()
+        actions: Any = [n.action for n in nodes]
+        first = actions[0]
+        if isinstance(first, np.ndarray) and first.ndim > 0 and all(
+                type(a) is np.ndarray and a.shape == first.shape and a.dtype == first.dtype for a in actions):
+            actions = np.array(actions)  # one array, as a stack (faster than np.stack for small rows)
+        return (ActionLog.rebuild, (actions, b"".join(n.key for n in nodes)))
+
+    @staticmethod
+    def rebuild(actions: Any, keys: bytes) -> ActionLog | None:
+        """The log :meth:`__reduce__` pickled: its actions and, for each node, the key it had."""
+        if len(keys) != 16 * len(actions):
+            raise StateError(f"a pickled ActionLog of {len(actions)} actions carries {len(keys)} key bytes, "
+                             f"expected {16 * len(actions)}")
+        node = None
+        new = ActionLog.__new__
+        for i, a in enumerate(actions):
+            parent, node = node, new(ActionLog)
+            node.parent = parent
+            node.action = a
+            node.length = i + 1
+            node.key = keys[16 * i:16 * i + 16]
+        return node
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, ActionLog):
