@@ -171,7 +171,9 @@ class VectorAttrs:
             return
         missing = [i for i in ids if not self._started[i]]
         if missing:
-            raise StateError(f"set_attr({name!r}): sub-envs {missing} have no state yet to hold it: call reset first")
+            raise StateError(f"set_attr({name!r}): sub-envs {missing} have no state yet to hold it: call reset first "
+                             "(a setting outside the env's state, such as gravity, cannot be set per sub-env: pass it "
+                             "to make_vec as an env kwarg)")
         new: list[tuple[int, State]] = []
         for i, value in zip(ids, values):
             old_state = self._states[i]

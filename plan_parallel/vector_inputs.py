@@ -89,7 +89,12 @@ def check_vector_actions(single: spaces.Space, actions: Any, k: int, batched: di
     if len(items) != k:
         raise ValueError(f"expected {k} actions, got {len(items)}")
     for i, a in enumerate(items):
-        if not single.contains(a):
+        try:
+            inside = single.contains(a)
+        except Exception as exc:  # a custom space whose contains() cannot judge this value
+            raise TypeError(f"action {i} cannot be checked against {single!r:.100}: its contains() raised "
+                            f"{type(exc).__name__}: {exc}") from exc
+        if not inside:
             raise ValueError(f"action {i} is outside {single}: {a!r:.200}")
     return items
 

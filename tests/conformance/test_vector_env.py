@@ -135,6 +135,16 @@ def test_custom_space(make_pp: Any) -> None:
     run_custom_space(make_pp, CustomSpace)
 
 
+def test_a_space_that_cannot_judge_an_action_is_named(make_pp: Any) -> None:
+    """Not upstream: make_vec checks actions, and a space whose ``contains`` raises gets a message naming it."""
+    from tests.conformance.envs import CustomSpace
+
+    envs = make_pp([lambda: CustomSpaceEnv(CustomSpace)] * 2)
+    envs.reset()
+    with pytest.raises(TypeError, match=r"action 0 cannot be checked against .*CustomSpace.*: its contains\(\) raised"):
+        envs.step(("action-2", "action-3"))
+
+
 def test_custom_space_accepting_its_actions(make_pp: Any) -> None:
     """Follows gymnasium tests/vector/test_sync_vector_env.py::test_custom_space_sync_vector_env, with a
     CustomSpace whose ``contains`` accepts the string actions."""
