@@ -58,6 +58,8 @@ def ctrl_c_raises() -> Iterator[None]:
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = str(ROOT / "plan_parallel")
 POINTS = int(os.environ.get("PP_INTERRUPT_POINTS", "24"))  # sampled lines per call
+# PP_INTERRUPT_EVERY_LINE=1: instead, interrupt at the first event of every distinct source line the call reaches
+EVERY_LINE = os.environ.get("PP_INTERRUPT_EVERY_LINE") == "1"
 SEED = int(os.environ.get("PP_INTERRUPT_SEED", "0"))  # another seed, another sample of inputs and kills
 
 
@@ -69,11 +71,13 @@ class Interrupt:
     def __init__(self, at: int = 0) -> None:
         self.at = at
         self.lines = 0
+        self.first_events: dict[tuple[str, int], int] = {}  # (file, line) -> its first line event
         self.fired = False
 
     def _local(self, frame: Any, event: str, arg: Any) -> Any:
         if event == "line" and not self.fired:
             self.lines += 1
+            self.first_events.setdefault((frame.f_code.co_filename, frame.f_lineno), self.lines)
             if self.lines >= self.at > 0 and signal.getsignal(signal.SIGINT) is signal.default_int_handler:
                 # Only where a real Ctrl-C can land: not while plan_parallel holds SIGINT back.
                 self.fired = True
@@ -94,6 +98,12 @@ class Interrupt:
             return True, None
         finally:
             sys.settrace(None)
+
+
+def points_of(counter: Interrupt, k: int) -> list[int]:
+    """Where to interrupt a call that ``counter`` counted: ``k`` sampled line events, or (EVERY_LINE)
+    the first event of each distinct source line it reached."""
+    return sorted(counter.first_events.values()) if EVERY_LINE else sample(counter.lines, k)
 
 
 def sample(n: int, k: int) -> list[int]:
@@ -200,7 +210,7 @@ def interruption_table(kind: str, kill_first: bool, oracle: pp.PlanEnv, starts: 
         env.reset(seed=0)
         counter = Interrupt()
         counter.run(Case(kind, env, oracle, starts, rng))
-        for at in sample(counter.lines, points):
+        for at in points_of(counter, points):
             if kill_first:  # the call must first replace a dead worker
                 kills += kill(env.pids[int(rng.integers(0, 2))])
             case = Case(kind, env, oracle, starts, rng)
@@ -274,7 +284,7 @@ def test_interrupted_close_then_close_again_frees_everything() -> None:
     env.step_batch(np.array([0, 1, 2, 1]))
     counter.run(env.close)
     shm0 = shm_segments()
-    for at in sample(counter.lines, POINTS):
+    for at in points_of(counter, POINTS):
         before = set(live_children())
         env = pp.make(CounterEnv, n_workers=2, small_batch_inline=False)
         env.reset(seed=0)
