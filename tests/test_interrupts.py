@@ -9,6 +9,8 @@ result (equal to the inline oracle) or a clear error, never another call's.
   hook at sampled lines of plan_parallel's own code during each public call
   (and with a dead worker to replace), then checks the next calls against the
   oracle. The same table runs under ``python -O`` in a subprocess (assertions off).
+  ``PP_INTERRUPT_POINTS=N`` samples N line events per call (24 by default);
+  ``PP_INTERRUPT_EVERY_LINE=1`` hits the first event of every distinct line instead (~25 min here).
 * **close()** interrupted at sampled lines, then called again, frees every worker and slab.
 * **Threads**: several threads calling one env; ``close()`` from another thread.
 * **Parent death**: a parent SIGKILLed while its workers are idle, busy or inside a hung env call leaves nothing.
