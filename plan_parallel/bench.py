@@ -13,14 +13,13 @@ alternating runs, and ratios compare runs made side by side.
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
-__all__ = ["NATIVE", "add_bench_arguments", "alternate", "hand_loop", "make_plain_env", "make_workload", "run_bench", "to_native"]
+__all__ = ["NATIVE", "add_bench_arguments", "alternate", "hand_loop", "make_plain_env", "make_workload", "raw_loop", "run_bench",
+           "to_native"]
 
 
 def add_bench_arguments(p: argparse.ArgumentParser) -> None:
@@ -111,21 +110,27 @@ def hand_loop(env: Any, step: Callable, get: Callable, put: Callable, states: li
     return n
 
 
-def _median_time(fn: Callable[[], Any]) -> float:
-    t0 = time.perf_counter()
-    fn()
-    return time.perf_counter() - t0
-
-
 def alternate(fns: dict[str, Callable[[], Any]], repeats: int) -> dict[str, float]:
-    """Median seconds of each function over ``repeats`` rounds that run them one after the other."""
-    times: dict[str, list[float]] = {k: [] for k in fns}
-    for f in fns.values():  # warm-up
-        f()
-    for _ in range(repeats):
-        for k, f in fns.items():
-            times[k].append(_median_time(f))
-    return {k: statistics.median(v) for k, v in times.items()}
+    """Median seconds per call of each function over ``repeats`` alternating samples (see :func:`measure`)."""
+    from plan_parallel.bench_timing import measure
+
+    return {k: t.wall for k, t in measure(fns, repeats).items()}
+
+
+def raw_loop(env_id: str, kw: dict, ref: Any, states: list, actions: Any,
+             step_of: Callable[[Any], Callable]) -> tuple[Any, Callable[[int, int], int]]:
+    """A plain env of its own with the family's native state calls, and ``run(b, dt)``: the hand loop
+    over the first ``b`` of ``states`` (made native through ``ref``, a PlanEnv) with ``step_of(env)``."""
+    raw = make_plain_env(env_id, **kw)
+    raw.reset(seed=0)
+    get, put = NATIVE[env_id](raw)
+    native = [to_native(env_id, ref, st) for st in states]
+    step = step_of(raw)
+
+    def run(b: int, dt: int) -> int:
+        return hand_loop(raw, step, get, put, native[:b], actions[:b], dt)
+
+    return raw, run
 
 
 def bench_inline(repeats: int, quick: bool) -> list[str]:
@@ -139,17 +144,13 @@ def bench_inline(repeats: int, quick: bool) -> list[str]:
     for env_id, kw, b in cases:
         pe = pp.make(env_id, backend="inline", **kw)
         states, actions = make_workload(pe, b)
-        # The hand loop runs on its own plain env with native state values.
-        # The same start states, as native values, in a plain env of its own.
-        raw = make_plain_env(env_id, **kw)
-        raw.reset(seed=0)
-        get, put = NATIVE[env_id](raw)
-        native_states = [to_native(env_id, pe, s) for s in states]
+        # The hand loop: the same start states, as native values, in a plain env of its own.
+        raw, loop = raw_loop(env_id, kw, pe, states, actions, lambda e: e.step)
         for dt in (1, 4):
             steps = sum(i["n_steps"] for i in pe.step_batch(actions, states, dt).infos)
             t = alternate(
                 {
-                    "loop": lambda: hand_loop(raw, raw.step, get, put, native_states, actions, dt),
+                    "loop": lambda: loop(b, dt),
                     "inline": lambda: pe.step_batch(actions, states, dt),
                 },
                 repeats,

@@ -3,12 +3,11 @@ from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
-from plan_parallel.bench import NATIVE, hand_loop, make_plain_env, make_workload, to_native
+from plan_parallel.bench import make_workload, raw_loop
 from plan_parallel.bench_timing import measure
 
 __all__ = ["CASES", "bench_process", "fixed_cost", "parallel_ceiling"]
@@ -80,20 +79,6 @@ def _async_vector_reference(env_id: str, kw: dict, w: int, steps: int) -> float:
         venv.close()
 
 
-def _raw_loop(env_id: str, kw: dict, ref: Any, states: list, actions: np.ndarray) -> tuple[Any, Callable]:
-    """The same-run reference: a plain env stepped by ``unwrapped.step`` with its family's native state calls."""
-    raw = make_plain_env(env_id, **kw)
-    raw.reset(seed=0)
-    get, put = NATIVE[env_id](raw)
-    native = [to_native(env_id, ref, st) for st in states]
-    step = raw.unwrapped.step
-
-    def run(b: int, dt: int) -> int:
-        return hand_loop(raw, step, get, put, native[:b], actions[:b], dt)
-
-    return raw, run
-
-
 def bench_process(repeats: int, quick: bool, workers: int) -> list[str]:
     """Per workload: the raw loop, inline, the process backend (default options) and the process
     backend with every batch on the workers; items/s, ratios, and the CPU per item of the caller and
@@ -118,7 +103,7 @@ def bench_process(repeats: int, quick: bool, workers: int) -> list[str]:
         raw = None
         try:
             states, actions = make_workload(ref, max(sizes))
-            raw, raw_run = _raw_loop(env_id, kw, ref, states, actions)
+            raw, raw_run = raw_loop(env_id, kw, ref, states, actions, lambda e: e.unwrapped.step)
             for b in sizes:
                 for dt in dts:
                     st, ac = states[:b], actions[:b]
