@@ -111,6 +111,23 @@ class PlanEnv:
         """
         self._adapter.validate(state)
 
+    def validate_all(self, states: Sequence[State], first_index: int = 0, index_errors: bool = True) -> None:
+        """:meth:`validate` each of ``states``, items ``first_index ...`` of a batch.
+
+        Raises:
+            StateError: worded as :func:`~plan_parallel.inputs.check_states` words it
+                (``states[k]: ...``, unless ``index_errors`` is False), with the item's
+                index in ``states`` as ``_pp_item``.
+        """
+        validate = self._adapter.validate
+        for i, s in enumerate(states):
+            try:
+                validate(s)
+            except StateError as exc:
+                err = StateError(f"states[{first_index + i}]: {exc}") if index_errors else exc
+                err._pp_item = i  # type: ignore[attr-defined]
+                raise err from None
+
     # -------------------------------------------------------------------- API
     def reset(self, seed: int | None = None, options: dict | None = None) -> tuple[State, Any, dict]:
         """Reset the env. Returns ``(state, obs, info)``; the state becomes current.
@@ -234,14 +251,7 @@ class PlanEnv:
         (for :meth:`step`'s one state).
         """
         self._check_open()
-        validate = self._adapter.validate
-        for i, s in enumerate(states):
-            try:
-                validate(s)
-            except StateError as exc:  # worded as check_states words it
-                if not index_errors:
-                    raise
-                raise StateError(f"states[{i}]: {exc}") from None
+        self.validate_all(states, 0, index_errors)
         return self._batch(actions, states, dt, seeds)
 
     def _batch(self, actions: Any, states: Sequence[State], dt: int | np.ndarray, seeds: np.ndarray | None) -> StepBatch:

@@ -2,9 +2,11 @@
 
 A table of bad inputs (malformed states per env family, out-of-range and wrong-dtype
 actions, absurd dt and seeds) over every backend and both sides of the parallel
-backends' run-here decision: the inline env is the reference; the process env runs
-every batch on its workers (``mode="workers"``) or every batch in the calling
-process (``mode="here"``); Ray, when installed, runs CartPole's rows on its workers.
+backends' decision where a batch runs: the inline env is the reference; the process
+env runs every batch on its workers (``mode="workers"``), every batch in the calling
+process (``mode="here"``), or shares each batch (``mode="share"``: with one worker
+the last chunk of a batch of 3 or more runs in the calling process); Ray, when
+installed, runs CartPole's rows on its workers.
 """
 from __future__ import annotations
 
@@ -31,7 +33,7 @@ except ImportError:
     HAS_RAY = False
 
 FAMILIES = ["CartPole-v1", "ALE/Pong-v5", "Hopper-v5", "FrozenLake-v1", "LunarLander-v3"]
-SETUPS = ["process-workers", "process-here"]
+SETUPS = ["process-workers", "process-here", "process-share"]
 
 
 def with_fields(s: State, **fields: Any) -> State:
@@ -70,7 +72,10 @@ def bad_calls(env: Any, s: State) -> dict[str, Callable[[], Any]]:
     calls: dict[str, Callable[[], Any]] = {}
     for name, bad in bad_states(s).items():
         calls[f"step_batch, {name}"] = lambda bad=bad: env.step_batch(good, [s, s, bad, s])
+        # Last: in the chunk a shared batch leaves to the calling process.
+        calls[f"step_batch, {name} last"] = lambda bad=bad: env.step_batch(good, [s, s, s, bad])
         calls[f"rollout_batch, {name}"] = lambda bad=bad: env.rollout_batch([s, bad], good[:2, None])
+        calls[f"rollout_batch, {name} last"] = lambda bad=bad: env.rollout_batch([s, s, s, bad], good[:, None])
         calls[f"step, {name}"] = lambda bad=bad: env.step(good[0], state=bad)
         calls[f"set_state, {name}"] = lambda bad=bad: env.set_state(bad)
     if isinstance(space, gymnasium.spaces.Discrete):

@@ -203,12 +203,15 @@ def starts(oracle: pp.PlanEnv) -> list:
     return [s0] + list(oracle.step_batch(np.array([0, 1, 2, 1]), states=[s0] * 4, dt=np.array([1, 2, 3, 4])).states)
 
 
-def interruption_table(kind: str, kill_first: bool, oracle: pp.PlanEnv, starts: list, points: int) -> list[str]:
-    """Run the table for one call kind; returns what happened at each point (for the report)."""
+def interruption_table(kind: str, kill_first: bool, oracle: pp.PlanEnv, starts: list, points: int,
+                       where: str = "workers") -> list[str]:
+    """Run the table for one call kind, its batches run where ``where`` says (a Tuner mode);
+    returns what happened at each point (for the report)."""
     rng = np.random.default_rng([KINDS.index(kind), kill_first, SEED])
     seen = []
     kills = 0
-    with pp.make(CounterEnv, n_workers=2, small_batch_inline=False, max_restarts=1000, horizon=1000) as env:
+    with BatchEnv(EnvFactory(CounterEnv, {"horizon": 1000}), n_workers=2, max_restarts=1000,
+                  tuner=Tuner(2, where)) as env:
         env.reset(seed=0)
         counter = Interrupt()
         counter.run(Case(kind, env, oracle, starts, rng))
@@ -243,6 +246,16 @@ KINDS = ["step_batch", "rollout_batch", "future.result", "sync_states", "step", 
 def test_interrupt_at_sampled_lines_leaves_the_env_exact(kind: str, kill_first: bool, oracle: pp.PlanEnv,
                                                          starts: list) -> None:
     seen = interruption_table(kind, kill_first, oracle, starts, POINTS)
+    assert "interrupted" in seen, "no point interrupted the call: the injector did not reach plan_parallel"
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("kill_first", [False, True], ids=["workers-alive", "a-worker-to-replace"])
+@pytest.mark.parametrize("kind", ["step_batch", "rollout_batch", "sync_states"])
+def test_interrupt_in_a_shared_batch_leaves_the_env_exact(kind: str, kill_first: bool, oracle: pp.PlanEnv,
+                                                          starts: list) -> None:
+    """The table again, with batches of 5 or more items shared: some points fall in the chunk run here."""
+    seen = interruption_table(kind, kill_first, oracle, starts, POINTS, where="share")
     assert "interrupted" in seen, "no point interrupted the call: the injector did not reach plan_parallel"
 
 
@@ -316,11 +329,12 @@ def fast_thread_switches() -> Iterator[None]:
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("where", ["auto", "here", "workers"])
+@pytest.mark.parametrize("where", ["auto", "here", "workers", "share"])
 def test_threads_share_one_env_and_each_gets_its_own_results(where: str, oracle: pp.PlanEnv, starts: list,
                                                              fast_thread_switches: None) -> None:
     """3 threads on one env, their batches run where the tuner says (auto), all in the calling
-    process (here: one local env the threads share) or all on the workers."""
+    process (here: one local env the threads share), all on the workers, or shared (the
+    waiting thread runs chunks here while another thread may wait on the workers)."""
     rng = np.random.default_rng(7)
     work = {t: [(acts(rng, 5), [starts[int(i)] for i in rng.integers(0, len(starts), 5)]) for _ in range(40)]
             for t in range(3)}

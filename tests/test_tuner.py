@@ -4,42 +4,44 @@ from __future__ import annotations
 import pytest
 
 from plan_parallel.batch import Tuner
-from plan_parallel.batch.tuner import EXPLORE_EVERY
+from plan_parallel.batch.tuner import EXPLORE_EVERY, PLACES
 
 SIZE = Tuner.size_class("step_batch", 8)
 
 
-def test_workers_are_measured_first_then_here_then_the_faster_wins() -> None:
+def test_each_place_is_measured_once_in_order_then_the_fastest_wins() -> None:
     t = Tuner(2)
-    assert t.run_here(SIZE) is False
-    t.learn(SIZE, False, 2e-6)
-    assert t.run_here(SIZE) is True
-    t.learn(SIZE, True, 1e-6)
-    ways = [t.run_here(SIZE) for _ in range(4 * EXPLORE_EVERY)]
-    assert ways.count(True) > ways.count(False) >= 1, "here is faster, the workers are re-measured now and then"
+    for place in PLACES:
+        assert t.place(SIZE) == place
+        t.learn(SIZE, place, {"workers": 3e-6, "here": 1e-6, "share": 1.5e-6}[place])
+    ways = [t.place(SIZE) for _ in range(4 * EXPLORE_EVERY)]
+    assert ways.count("here") > len(ways) - 8, "here is the fastest"
+    assert ways.count("share") >= 1 and ways.count("workers") >= 1, "the others are re-measured in turns"
 
 
-def test_a_noisy_first_figure_does_not_keep_batches_here_for_good() -> None:
+def test_a_noisy_first_figure_does_not_keep_batches_away_for_good() -> None:
     """After the workers were measured absurdly slow once, they are tried again and their figure recovers."""
     t = Tuner(2)
-    t.learn(SIZE, False, 2e-6)
-    t.learn(SIZE, True, 1e-6)
+    t.learn(SIZE, "workers", 2e-6)
+    t.learn(SIZE, "here", 1e-6)
+    t.learn(SIZE, "share", 1.5e-6)
     for _ in range(3):  # past the first figures, which keep their best
-        t.learn(SIZE, False, 2e-6)
-    t.learn(SIZE, False, 1.0)  # the machine was swamped during that call
+        t.learn(SIZE, "workers", 2e-6)
+    t.learn(SIZE, "workers", 1.0)  # the machine was swamped during that call
     tried = 0
     for _ in range(200 * EXPLORE_EVERY):
-        if not t.run_here(SIZE):
+        if t.place(SIZE) == "workers":
             tried += 1
-            t.learn(SIZE, False, 0.5e-6)
-    assert tried >= 1 and t.speed[(*SIZE, False)] < 1e-5
+            t.learn(SIZE, "workers", 0.5e-6)
+    assert tried >= 1 and t.speed[(*SIZE, "workers")] < 1e-5
 
 
-@pytest.mark.parametrize("mode, here", [("workers", False), ("here", True)])
-def test_a_forced_mode_ignores_the_figures(mode: str, here: bool) -> None:
+@pytest.mark.parametrize("mode", PLACES)
+def test_a_forced_mode_ignores_the_figures(mode: str) -> None:
     t = Tuner(2, mode)
-    t.learn(SIZE, not here, 1e-9)
-    assert all(t.run_here(SIZE) is here for _ in range(100))
+    for place in PLACES:
+        t.learn(SIZE, place, 1e-9 if place != mode else 1.0)
+    assert all(t.place(SIZE) == mode for _ in range(100))
 
 
 def test_chunks_one_per_worker_until_step_times_are_known_then_up_to_three() -> None:
@@ -48,6 +50,14 @@ def test_chunks_one_per_worker_until_step_times_are_known_then_up_to_three() -> 
     t.learn_step(1e-4)  # 64 steps of 0.1 ms on 2 workers: 3.2 ms each
     assert t.n_chunks(64, 64) == 6
     assert t.n_chunks(5, 5) == 2  # too few items to split further
+
+
+def test_a_shared_batch_counts_the_calling_process_as_one_more_worker_and_leaves_it_chunks() -> None:
+    t = Tuner(2)
+    assert t.n_chunks(64, 64, share=True) == 5, "one more chunk than the 2 x 2 the workers hold queued"
+    assert t.n_chunks(3, 3, share=True) == 3
+    t.learn_step(1e-4)  # 64 steps of 0.1 ms on 3: 2.1 ms each
+    assert t.n_chunks(64, 64, share=True) == 6
 
 
 def test_work_smaller_than_a_message_is_not_split() -> None:

@@ -3,17 +3,16 @@
 A batch is split into contiguous chunks balanced by cost (the sum of dt) and
 gathered in input order: the results are bit-identical to the inline backend
 for any worker count and chunking, because every item carries its state and
-runs the same code. Small batches may run in this process when that is
-measured to be faster (:class:`~plan_parallel.batch.tuner.Tuner`); never when a
-``timeout`` is set, since a timeout cannot stop code running here.
+runs the same code. Small batches may run in this process, and this process
+may run a share of a larger one while it waits, when that is measured to be
+faster (:mod:`plan_parallel.batch.placement`); never when a ``timeout`` is set,
+since a timeout cannot stop code running here.
 """
 from __future__ import annotations
 
 import logging
 import multiprocessing as mp
 import os
-import threading
-import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -22,6 +21,7 @@ import numpy as np
 
 from plan_parallel.batch.future import BatchFuture
 from plan_parallel.batch.parts import dumps
+from plan_parallel.batch.placement import Placement
 from plan_parallel.batch.pool import WorkerPool
 from plan_parallel.batch.tuner import Tuner
 from plan_parallel.env import PlanEnv
@@ -79,8 +79,8 @@ class BatchEnv:
         context: ``"fork"``, ``"spawn"`` or ``"forkserver"`` (default: forkserver where available).
         adapter: an Adapter class overriding the registered one.
         small_batch_inline: run batches too small to gain from workers in this
-            process (decided from measured times). Turn it off when env code may
-            crash or hang the calling process.
+            process, and a share of larger ones (decided from measured times).
+            Turn it off when env code may crash or hang the calling process.
         address, worker_options: Ray's cluster address and actor options (see :func:`plan_parallel.make`).
         tuner: decides where batches run and their chunks (default: from the options above).
 
@@ -106,25 +106,26 @@ class BatchEnv:
         if context is not None and context not in mp.get_all_start_methods():
             raise ValueError(f"context must be one of {mp.get_all_start_methods()} or None, got {context!r}")
         n = n_workers or os.cpu_count() or 1
-        if tuner is not None and tuner.mode == "here" and timeout is not None:
-            raise ValueError("a timeout cannot act on batches run in this process: give timeout=None with mode 'here'")
+        if tuner is not None and tuner.mode in ("here", "share") and timeout is not None:
+            raise ValueError("a timeout cannot act on items run in this process: give timeout=None with "
+                             f"mode {tuner.mode!r}")
         self.backend = backend
         self.timeout = timeout
         self.max_restarts = max_restarts
         self.small_batch_inline = small_batch_inline
         self.context = context or default_context()
         self._factory = factory
-        self._adapter_cls = adapter
-        self._tuner = tuner or Tuner(n, "auto" if small_batch_inline and timeout is None else "workers")
         self._state: State | None = None
-        self._local: PlanEnv | None = None
-        self._local_lock = threading.RLock()  # one thread at a time runs batches on the local env
         chosen = select_backend(backend, cloudpickle.dumps((factory, adapter)), n, self.context, address,
                                 worker_options)
         self._where = chosen.where
         self._pool = WorkerPool(chosen.new_worker, chosen.worker_type, n, timeout, max_restarts)
         self.stats = self._pool.stats
-        self.stats.update({"items": 0, "batches": 0, "inline_batches": 0, "ipc_seconds": 0.0})
+        self.stats.update({"items": 0, "batches": 0, "inline_batches": 0, "shared_batches": 0, "shared_items": 0,
+                           "ipc_seconds": 0.0})
+        self._placement = Placement(
+            self._pool, tuner or Tuner(n, "auto" if small_batch_inline and timeout is None else "workers"),
+            lambda: PlanEnv(factory, adapter=adapter), self.stats)
         try:
             info = self._pool.start()
         except BaseException:
@@ -136,6 +137,7 @@ class BatchEnv:
         self.reseedable: bool = info.reseedable
         self._spec = info.spec
         self._pool.feeder.observation_space = info.observation_space
+        self._placement.observation_space = info.observation_space
 
     # ------------------------------------------------------------------ properties
     @property
@@ -155,8 +157,8 @@ class BatchEnv:
     def gym_env(self) -> Any:
         """A gymnasium env in this process at the current state (for rendering; built on first use)."""
         self._check_open()
-        with self._local_lock:
-            local = self._ensure_local()
+        with self._placement.lock:
+            local = self._placement.local()
             if self._state is not None:
                 local.set_state(self._state)
             return local.gym_env
@@ -169,7 +171,7 @@ class BatchEnv:
         """
         self._check_open()
         check_kind(state, self.kind)
-        self._ensure_local().validate(state)
+        self._placement.local().validate(state)
 
     def uniform_policy(self) -> UniformPolicy:
         """The policy of ``rollout_batch(actions=None, policy=None)``: uniform random actions."""
@@ -179,7 +181,7 @@ class BatchEnv:
     def spec(self) -> Any:
         """The env's ``EnvSpec`` (read from a local env when the workers' did not pickle)."""
         if self._spec is None:
-            return self._ensure_local().spec
+            return self._placement.local().spec
         return self._spec
 
     # ------------------------------------------------------------------ helpers
@@ -191,18 +193,6 @@ class BatchEnv:
         if self._state is None:
             raise StateError("the env has no current state yet: call reset(seed) or set_state(state) first")
         return self._state
-
-    def _ensure_local(self) -> PlanEnv:
-        """The env in this process for batches run here (built on first use).
-
-        It does not follow the current state: batches run here pass their states,
-        and :attr:`gym_env` restores the current one when asked. (An env restoring
-        every state made current would run user code here for no batch.)
-        """
-        with self._local_lock:
-            if self._local is None:
-                self._local = PlanEnv(self._factory, adapter=self._adapter_cls)
-            return self._local
 
     def _set_current(self, state: State) -> None:
         self._state = state
@@ -276,7 +266,7 @@ class BatchEnv:
             check_kind(state, self.kind)
         start = state if state is not None else self._current()
         actions = np.asarray([action]) if isinstance(action, np.ndarray) or np.isscalar(action) else [action]
-        b = self._wait(self._submit(Job(1, actions, [start], dt, None, index_errors=False)))
+        b = self._wait(self._placement.submit(Job(1, actions, [start], dt, None, index_errors=False), True))
         s = b.states[0]
         self._set_current(s)
         obs = s.obs.copy() if isinstance(s.obs, np.ndarray) else s.obs
@@ -296,12 +286,16 @@ class BatchEnv:
             WorkerTimeoutError: a worker exceeded ``timeout`` (it was replaced).
             WorkerCrashedError: workers died more than ``max_restarts`` times.
         """
-        return self._wait(self.step_batch_async(actions, states, dt, seeds=seeds))
+        return self._wait(self._step_batch(actions, states, dt, seeds, True))
 
     def step_batch_async(
         self, actions: Any, states: Sequence[State] | None = None, dt: Any = 1, *, seeds: Any = None
     ) -> BatchFuture:
         """Send a batch and return at once; ``.result(timeout)`` gathers it. Several may be in flight."""
+        return self._step_batch(actions, states, dt, seeds, False)
+
+    def _step_batch(self, actions: Any, states: Sequence[State] | None, dt: Any, seeds: Any,
+                    waited_in_full: bool) -> BatchFuture:
         self._check_open()
         start = None
         if states is None:
@@ -322,7 +316,7 @@ class BatchEnv:
                 empty.astype(bool), []))
         # The batch owns its inputs: the caller may reuse its arrays while chunks wait to be sent.
         actions = actions.copy() if isinstance(actions, np.ndarray) else list(actions)
-        return self._submit(Job(n, actions, states, _owned(dt), _owned(seeds), start))
+        return self._placement.submit(Job(n, actions, states, _owned(dt), _owned(seeds), start), waited_in_full)
 
     def rollout_batch(
         self,
@@ -340,8 +334,7 @@ class BatchEnv:
         Same arguments, results and errors as :meth:`PlanEnv.rollout_batch`
         (bit-identical for any worker count); worker failures as :meth:`step_batch`.
         """
-        return self._wait(self.rollout_batch_async(
-            states, actions, dt, horizon=horizon, policy=policy, seeds=seeds, return_all=return_all))
+        return self._wait(self._rollout_batch(states, actions, dt, horizon, policy, seeds, return_all, True))
 
     def rollout_batch_async(
         self,
@@ -355,6 +348,11 @@ class BatchEnv:
         return_all: bool = False,
     ) -> BatchFuture:
         """:meth:`rollout_batch` without waiting: a future whose ``result()`` is the :class:`RolloutBatch`."""
+        return self._rollout_batch(states, actions, dt, horizon, policy, seeds, return_all, False)
+
+    def _rollout_batch(self, states: Sequence[State] | None, actions: Any, dt: Any, horizon: int | None,
+                       policy: Callable[[Any, np.random.Generator], Any] | None, seeds: Any, return_all: bool,
+                       waited_in_full: bool) -> BatchFuture:
         self._check_open()
         current = self._current() if states is None else None
         req = check_rollout(
@@ -368,53 +366,8 @@ class BatchEnv:
             acts = acts.copy() if isinstance(acts, np.ndarray) else [list(a) for a in acts]
         spec = RolloutSpec(req.horizon, req.policy_blob, req.return_all)
         states_list = None if req.states is None else list(req.states)
-        return self._submit(Job(req.n, acts, states_list, _owned(req.dt), _owned(req.seeds), current, spec,
-                                req.policy))
-
-    def _submit(self, job: Job) -> BatchFuture:
-        """Run ``job`` here when measured faster, else send its chunks to the workers."""
-        steps = job.cost(0, job.n)
-        size_class = Tuner.size_class(job.op.value, steps)
-        self.stats["batches"] += 1
-        self.stats["items"] += job.n
-        if self._tuner.run_here(size_class):
-            with self._local_lock:  # threads take turns on the one local env
-                local = self._ensure_local()  # built outside the timing: its cost is not a step's
-                t0 = time.perf_counter()
-                value = self._run_here(local, job)
-                self._tuner.learn(size_class, True, (time.perf_counter() - t0) / max(1, steps))
-            self.stats["inline_batches"] += 1
-            return BatchFuture.completed(job.n, value)
-        fut = BatchFuture(self._pool, job.n, job, job.gatherer(self.observation_space))
-        fut.size_class = size_class
-        fut.started = time.perf_counter()
-        fut.on_done = self._account
-        self._pool.submit(fut, self._tuner.n_chunks(job.n, steps))
-        return fut
-
-    @staticmethod
-    def _run_here(local: PlanEnv, job: Job) -> Any:
-        states = job.states
-        if states is None:
-            assert job.start is not None, "a job without states starts every item from its start"
-            states = [job.start] * job.n
-        if job.rollout is None:
-            return local.step_batch_checked(job.actions, states, job.dt, job.seeds, job.index_errors)
-        return local.rollout_batch(states, job.actions, job.dt, horizon=job.rollout.horizon, policy=job.policy,
-                                   seeds=job.seeds, return_all=job.rollout.return_all)
-
-    def _account(self, fut: BatchFuture) -> None:
-        """Telemetry, and the measured times that size chunks and decide where batches run."""
-        env_each = [p.env_seconds for p in fut.parts]
-        wall = time.perf_counter() - fut.started
-        self.stats["env_seconds"] += sum(env_each)
-        self.stats["ipc_seconds"] += max(0.0, wall - max(env_each, default=0.0))
-        job = fut.job
-        assert job is not None and fut.size_class is not None
-        self._tuner.learn(fut.size_class, False, wall / max(1, job.cost(0, job.n)))
-        total = fut.gather.total_steps if fut.gather is not None else 0
-        if total:
-            self._tuner.learn_step(sum(env_each) / total)
+        return self._placement.submit(Job(req.n, acts, states_list, _owned(req.dt), _owned(req.seeds), current,
+                                          spec, req.policy), waited_in_full)
 
     # ------------------------------------------------------------------ closing
     def close(self) -> None:
@@ -424,8 +377,7 @@ class BatchEnv:
         ``close()`` after an interrupted one frees whatever the first did not.
         """
         self._pool.close(1.0)
-        if self._local is not None:
-            self._local.close()
+        self._placement.close()
 
     def __enter__(self) -> BatchEnv:
         return self

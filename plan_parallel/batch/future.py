@@ -34,7 +34,14 @@ class BatchFuture:
         self.cancelled = False
         self.started = 0.0
         self.size_class: tuple[str, int] | None = None
+        self.place = "workers"  # where the tuner sent it (see Tuner.place)
         self.on_done: Any = None  # called with the future once every part is answered
+        # A batch shared with the calling process: what result() runs before waiting (it takes
+        # chunks from the back of ``pending``), the chunks running here, done here, and their env steps.
+        self.helper: Any = None
+        self.running_here = 0
+        self.chunks_here = 0
+        self.steps_here = 0
 
     @classmethod
     def completed(cls, n: int, value: Any) -> BatchFuture:
@@ -55,7 +62,8 @@ class BatchFuture:
 
     def all_answered(self) -> bool:
         """Sent in full and every part answered, but not settled yet."""
-        return not self.settled and bool(self.parts) and not self.pending and all(p.answered for p in self.parts)
+        return (not self.settled and bool(self.parts or self.chunks_here) and not self.pending
+                and not self.running_here and all(p.answered for p in self.parts))
 
     def complete(self) -> None:
         """Every part answered: build the value (an error building it fails the batch)."""
@@ -84,6 +92,9 @@ class BatchFuture:
     def result(self, timeout: float | None = None) -> Any:
         """The batch's result, waiting up to ``timeout`` seconds (None: as long as it takes).
 
+        A shared batch (see :class:`~plan_parallel.batch.tuner.Tuner`) has this
+        thread run chunks the workers have not taken yet, when ``timeout`` is None.
+
         Raises:
             TimeoutError: not ready within ``timeout`` (the batch stays in flight;
                 call ``result`` again later: results are never mixed up).
@@ -92,6 +103,8 @@ class BatchFuture:
                 anything are replaced and the batch is sent again, so a later
                 ``result`` still returns this batch's own result.
         """
+        if self.helper is not None and timeout is None and not self.settled:
+            self.helper(self)
         if self._pool is not None and not self.settled:
             self._pool.wait_for(self, timeout)
         if self.error is not None:

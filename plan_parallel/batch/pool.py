@@ -324,7 +324,7 @@ class WorkerPool:
             fut.value = reply.value
         part.env_seconds = reply.env_seconds
         part.answered = True
-        if not fut.pending and all(p.answered for p in fut.parts):
+        if fut.all_answered():
             fut.complete()
 
     # ------------------------------------------------------------------ faults

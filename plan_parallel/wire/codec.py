@@ -163,6 +163,14 @@ def _obs_rows(cols: dict[str, np.ndarray], listed: list | None, name: str) -> li
     return listed or []
 
 
+def _same_arrays(rows: list) -> bool:
+    """Are ``rows`` ndarrays of one shape and dtype (so that they stack into one array)?"""
+    first = rows[0]
+    if not isinstance(first, np.ndarray):
+        return False
+    return all(isinstance(r, np.ndarray) and r.shape == first.shape and r.dtype == first.dtype for r in rows)
+
+
 class Gather(Protocol):
     """Absorbs chunk replies in any order; builds the batch's result in input order."""
 
@@ -172,6 +180,9 @@ class Gather(Protocol):
 
     def absorb(self, lo: int, hi: int, reply: ChunkReply, cols: dict[str, np.ndarray]) -> None:
         """Copy chunk lo..hi's results out of ``cols`` (slab views, reused after this returns)."""
+
+    def absorb_local(self, lo: int, hi: int, out: Any) -> None:
+        """Take chunk lo..hi run in this process: ``run_raw``'s lists, or ``rollout_raw``'s parts."""
 
     def result(self) -> Any:
         """The batch's result, every chunk absorbed."""
@@ -201,6 +212,14 @@ class StepGather:
         return int(self.steps.sum())
 
     def _put_obs(self, lo: int, hi: int, column: np.ndarray | None, rows: list | None) -> None:
+        if column is None and rows and self.obs_list is None and _same_arrays(rows):
+            first = rows[0]
+            if self.obs_arr is None:
+                self.obs_arr = np.empty((self.n,) + first.shape, dtype=first.dtype)
+            if self.obs_arr.shape[1:] == first.shape and self.obs_arr.dtype == first.dtype:
+                for k, row in enumerate(rows):  # one copy each, into the batch's array
+                    self.obs_arr[lo + k] = row
+                return
         if column is not None and self.obs_list is None:
             if self.obs_arr is None:
                 self.obs_arr = np.empty((self.n,) + column.shape[1:], dtype=column.dtype)
@@ -227,6 +246,17 @@ class StepGather:
         infos = unpack_infos(reply.infos, m)
         for info, k in zip(infos, reply.n_steps.tolist()):
             info["n_steps"] = k
+        self.infos[lo:hi] = infos
+        self.ranges.append((lo, hi))
+
+    def absorb_local(self, lo: int, hi: int, out: Any) -> None:
+        states, obs, rewards, terms, truncs, infos = out
+        self.rewards[lo:hi] = rewards
+        self.terms[lo:hi] = terms
+        self.truncs[lo:hi] = truncs
+        self.steps[lo:hi] = [info["n_steps"] for info in infos]
+        self._put_obs(lo, hi, None, obs)
+        self.states[lo:hi] = states
         self.infos[lo:hi] = infos
         self.ranges.append((lo, hi))
 
@@ -272,16 +302,21 @@ class RolloutGather:
                 s.obs = o
             all_states = [flat[k * horizon:(k + 1) * horizon] for k in range(m)]
             all_obs = [[s.obs for s in row] for row in all_states]
-        n_steps = reply.n_steps.tolist()
         parts = RolloutParts(
             states, [s.obs for s in states], reply.rewards, reply.terminations.tolist(),
-            reply.truncations.tolist(), n_steps, unpack_infos(reply.infos, m), all_states, all_obs,
+            reply.truncations.tolist(), reply.n_steps.tolist(), unpack_infos(reply.infos, m), all_states, all_obs,
         )
+        self._keep(lo, hi, parts)
+
+    def absorb_local(self, lo: int, hi: int, out: Any) -> None:
+        self._keep(lo, hi, out)
+
+    def _keep(self, lo: int, hi: int, parts: RolloutParts) -> None:
         old = self.chunks.get(lo)
         if old is not None:
             self.total_steps -= int(sum(old[1].n_steps))
         self.chunks[lo] = (hi, parts)
-        self.total_steps += int(sum(n_steps))
+        self.total_steps += int(sum(parts.n_steps))
 
     def result(self) -> RolloutBatch:
         ordered = [self.chunks[lo][1] for lo in sorted(self.chunks)]

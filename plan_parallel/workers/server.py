@@ -17,7 +17,6 @@ from typing import Any
 import numpy as np
 
 from plan_parallel.env import PlanEnv
-from plan_parallel.errors import StateError
 from plan_parallel.factory import quiet_ale_for_good
 from plan_parallel.wire.columns import pack_infos, pack_outcomes, pack_states, unpack_states
 from plan_parallel.wire.messages import (
@@ -78,13 +77,7 @@ class Server:
         states = None
         if req.states is not None:
             states = unpack_states(req.states, cols, "in_", req.n)
-            for i, s in enumerate(states):
-                try:
-                    self.env.validate(s)
-                except StateError as e:  # worded as the inline backend's check_states words it
-                    err = StateError(f"states[{req.first_index + i}]: {e}") if req.index_errors else e
-                    err._pp_item = i  # type: ignore[attr-defined]
-                    raise err from None
+            self.env.validate_all(states, req.first_index, req.index_errors)
         actions = cols.get("actions", req.actions)
         dt = cols.get("dt", req.dt)
         seeds = cols.get("seeds", req.seeds) if req.has_seeds else None

@@ -1,0 +1,203 @@
+"""Placement: where each batch of a :class:`~plan_parallel.batch.batch_env.BatchEnv` runs, and running it here.
+
+The :class:`~plan_parallel.batch.tuner.Tuner` picks one of three places per
+batch, from the times it measured:
+
+* ``"workers"``: the chunks go to the workers; this process waits;
+* ``"here"``: the whole batch runs in this process, on its local env (small
+  batches, whose message costs more than their work);
+* ``"share"``: the chunks go to the workers from the front, and the thread that
+  waits for the result runs chunks from the back on the local env, handling
+  the workers' replies between its chunks so that they never wait. On a machine
+  with as many cores as workers, this process would otherwise sit idle while its
+  cores run the workers, and an item run here costs no message.
+
+Each item carries its state, so where it runs does not change its result. A
+batch is shared only while the caller waits for it in full (``step_batch``,
+``rollout_batch``, ``step``): an exception there (Ctrl-C included) cancels the
+batch, so a chunk this process took is never left half-run for another caller.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from plan_parallel.batch.future import BatchFuture
+from plan_parallel.batch.pool import WorkerPool
+from plan_parallel.batch.tuner import Tuner
+from plan_parallel.env import PlanEnv
+from plan_parallel.interrupts import ctrl_c_deferred
+from plan_parallel.wire.codec import Job
+
+__all__ = ["Placement", "run_chunk"]
+
+
+def run_chunk(env: PlanEnv, job: Job, lo: int, hi: int) -> Any:
+    """Items ``lo..hi`` of ``job`` on ``env``: ``run_raw``'s lists, or ``rollout_raw``'s parts.
+
+    The states are checked as a worker checks them (errors name the item's index in the batch).
+    """
+    if job.states is None:
+        assert job.start is not None, "a job without states starts every item from its start"
+        states = [job.start] * (hi - lo)
+    else:
+        states = job.states[lo:hi]
+    env.validate_all(states, lo, job.index_errors)
+    actions = None if job.actions is None else job.actions[lo:hi]
+    dt = job.dt if isinstance(job.dt, int) else job.dt[lo:hi]
+    seeds = None if job.seeds is None else job.seeds[lo:hi]
+    if job.rollout is None:
+        return env.run_raw(states, actions, dt, seeds)
+    return env.rollout_raw(states, actions, dt, job.rollout.horizon, policy=job.policy, seeds=seeds,
+                           first_index=lo, return_all=job.rollout.return_all, n=hi - lo)
+
+
+class Placement:
+    """Sends each batch where the tuner says, and owns the local env that runs batches here.
+
+    Args:
+        pool: the workers.
+        tuner: decides where batches run and their chunks.
+        new_local: builds the local env (on first use).
+        stats: the env's telemetry (``batches``, ``items``, ``inline_batches``,
+            ``shared_batches``, ``shared_items`` (items of shared batches run here),
+            ``env_seconds``, ``ipc_seconds``), updated in place.
+    """
+
+    def __init__(self, pool: WorkerPool, tuner: Tuner, new_local: Callable[[], PlanEnv], stats: dict) -> None:
+        self.pool = pool
+        self.tuner = tuner
+        self.stats = stats
+        self.lock = threading.RLock()  # one thread at a time runs items on the local env
+        self.observation_space: Any = None
+        self._new_local = new_local
+        self._local: PlanEnv | None = None
+
+    def local(self) -> PlanEnv:
+        """The env in this process (built on first use).
+
+        It does not follow the env's current state: items run here pass their states.
+        """
+        with self.lock:
+            if self._local is None:
+                self._local = self._new_local()
+            return self._local
+
+    def close(self) -> None:
+        if self._local is not None:
+            self._local.close()
+
+    # ------------------------------------------------------------------ submitting
+    def submit(self, job: Job, waited_in_full: bool = False) -> BatchFuture:
+        """Run ``job`` where the tuner says; a future of its result.
+
+        ``waited_in_full``: the caller waits for the result at once and cancels
+        the batch if waiting raises, so the batch may be shared with this thread.
+        """
+        steps = job.cost(0, job.n)
+        size_class = Tuner.size_class(job.op.value, steps)
+        self.stats["batches"] += 1
+        self.stats["items"] += job.n
+        place = self.tuner.place(size_class)
+        if place == "share" and not waited_in_full:
+            place = "workers"
+        if place == "here":
+            with self.lock:  # threads take turns on the one local env
+                local = self.local()  # built outside the timing: its cost is not a step's
+                t0 = time.perf_counter()
+                value = self.run_here(local, job)
+                self.tuner.learn(size_class, "here", (time.perf_counter() - t0) / max(1, steps))
+            self.stats["inline_batches"] += 1
+            return BatchFuture.completed(job.n, value)
+        fut = BatchFuture(self.pool, job.n, job, job.gatherer(self.observation_space))
+        fut.size_class = size_class
+        fut.place = place
+        fut.started = time.perf_counter()
+        fut.on_done = self.account
+        if place == "share":
+            fut.helper = self.help_with
+            self.stats["shared_batches"] += 1
+        self.pool.submit(fut, self.tuner.n_chunks(job.n, steps, share=place == "share"))
+        return fut
+
+    @staticmethod
+    def run_here(local: PlanEnv, job: Job) -> Any:
+        """The whole of ``job`` on ``local``: its StepBatch or RolloutBatch."""
+        states = job.states
+        if states is None:
+            assert job.start is not None, "a job without states starts every item from its start"
+            states = [job.start] * job.n
+        if job.rollout is None:
+            return local.step_batch_checked(job.actions, states, job.dt, job.seeds, job.index_errors)
+        return local.rollout_batch(states, job.actions, job.dt, horizon=job.rollout.horizon, policy=job.policy,
+                                   seeds=job.seeds, return_all=job.rollout.return_all)
+
+    def account(self, fut: BatchFuture) -> None:
+        """Telemetry, and the measured times that size chunks and decide where batches run."""
+        env_each = [p.env_seconds for p in fut.parts]
+        wall = time.perf_counter() - fut.started
+        self.stats["env_seconds"] += sum(env_each)
+        self.stats["ipc_seconds"] += max(0.0, wall - max(env_each, default=0.0))
+        job = fut.job
+        assert job is not None and fut.size_class is not None
+        self.tuner.learn(fut.size_class, fut.place, wall / max(1, job.cost(0, job.n)))
+        on_workers = (fut.gather.total_steps if fut.gather is not None else 0) - fut.steps_here
+        if on_workers > 0:
+            self.tuner.learn_step(sum(env_each) / on_workers)
+
+    # ------------------------------------------------------------------ sharing
+    def help_with(self, fut: BatchFuture) -> None:
+        """Run ``fut``'s chunks that no worker has taken yet, from the back, until none is left.
+
+        Between chunks the workers' replies are handled (and the workers fed).
+        When another thread is running items here, the workers are left the whole batch.
+        """
+        if not self.lock.acquire(blocking=False):
+            return
+        try:
+            local = self.local()
+            while (chunk := self._take(fut)) is not None:
+                self._run(local, fut, *chunk)
+                self.pool.poll_nowait()
+        finally:
+            self.lock.release()
+
+    def _take(self, fut: BatchFuture) -> tuple[int, int] | None:
+        """The last chunk no worker has taken (now running here), or None."""
+        if not self.pool.lock.acquire(blocking=False):
+            return None  # another thread is waiting on the workers: leave them the rest
+        try:
+            with ctrl_c_deferred():
+                if fut.settled or not fut.pending:
+                    return None
+                fut.running_here += 1
+                return fut.pending.pop()
+        finally:
+            self.pool.lock.release()
+
+    def _run(self, local: PlanEnv, fut: BatchFuture, lo: int, hi: int) -> None:
+        """Run chunk lo..hi here and put its results in the batch (or fail the batch with the env's error)."""
+        job = fut.job
+        assert job is not None and fut.gather is not None
+        try:
+            out = run_chunk(local, job, lo, hi)
+        except Exception as exc:
+            item = getattr(exc, "_pp_item", None)
+            exc.add_note(f"raised in the calling process during {job.op.value}"
+                         + (f", at item {lo + item} of the batch" if item is not None else ""))
+            with self.pool.lock, ctrl_c_deferred():
+                fut.running_here -= 1
+                fut.fail(exc)
+            return
+        with self.pool.lock, ctrl_c_deferred():
+            fut.running_here -= 1
+            if fut.settled:
+                return
+            fut.gather.absorb_local(lo, hi, out)
+            fut.chunks_here += 1
+            self.stats["shared_items"] += hi - lo
+            fut.steps_here += sum(out.n_steps) if job.rollout is not None else sum(i["n_steps"] for i in out[5])
+            if fut.all_answered():
+                fut.complete()
