@@ -465,11 +465,15 @@ def test_call_get_attr_set_attr(backend: str, w: int) -> None:
         vec.set_attr("pos", [np.array([0.25, -0.5], dtype=np.float32)], indices=[1])
         ref.envs[1].unwrapped.pos = np.array([0.25, -0.5], dtype=np.float32)
         same(vec.step(acts), ref.step(acts), "after set_attr")
-        # A setting outside the state would reach only this process: refused, nothing changed.
+        # A setting outside the state: those sub-envs move, with their states, to a recipe group that has it.
         before = vec.get_states()
-        with pytest.raises(ValueError, match="not part of the env's state"):
-            vec.set_attr("horizon", 3)
-        assert vec.get_states() == before and vec.get_attr("horizon") == (8, 8, 8)
+        vec.set_attr("horizon", 3, indices=[0, 2])
+        for i in (0, 2):
+            ref.envs[i].set_wrapper_attr("horizon", 3)
+        assert vec.get_states() == before and vec.get_attr("horizon") == (3, 8, 3)
+        assert len(vec.plan_envs) == 2
+        for t in range(4):  # sub-envs 0 and 2 end at count 3 and autoreset
+            same(vec.step(acts), ref.step(acts), f"after set_attr(horizon) {t}")
         with pytest.raises(ValueError, match="length equal"):
             vec.set_attr("pos", [1, 2])
         with pytest.raises(AttributeError):
