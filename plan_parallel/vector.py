@@ -92,11 +92,10 @@ class PlanVectorEnv(VectorCore):
             empty = np.zeros(0)
             return Done(StepBatch([], None, empty, empty.astype(np.bool_), empty.astype(np.bool_), []))
         states = self._states
-        parts = self._recipes.split(ids)
-        if len(parts) == 1:
-            return parts[0][0].submit(actions, states if len(ids) == len(states) else [states[i] for i in ids])
+        if len(self._recipes.groups) == 1:
+            return self._recipes.groups[0].submit(actions, states if len(ids) == len(states) else [states[i] for i in ids])
         futures = []
-        for group, pos in parts:  # on an error the parts submitted run on, and their results are dropped
+        for group, pos in self._recipes.split(ids):  # on an error the parts submitted run on, and their results are dropped
             sub = actions[pos] if isinstance(actions, np.ndarray) else [actions[p] for p in pos]
             futures.append((pos, group.submit(sub, [states[i] for i in ids[pos]])))
         return GatheredStep(futures, len(ids), self.single_observation_space)

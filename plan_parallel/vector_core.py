@@ -159,6 +159,7 @@ class VectorCore(VectorAttrs, VectorEnv):  # type: ignore[misc]  # np_random(_se
                 self.observation_space = batch_differing_spaces([self.single_observation_space] * n)
             except BaseException:  # gymnasium's error: a space it cannot batch
                 self._recipes.close()
+                self.closed = True  # nothing left for close() (or __del__) to do
                 raise
         self.action_space = batch_space(self.single_action_space, n)
         gym_env = first.local.gym_env
