@@ -1,6 +1,6 @@
 """PlanVectorEnv: a gymnasium ``VectorEnv`` whose sub-envs are states stepped by the planning workers.
 
-``make_vec`` builds one planning env (:func:`plan_parallel.make`) and keeps the
+``make_vec`` builds a planning env (:func:`plan_parallel.make`) and keeps the
 current :class:`~plan_parallel.State` of each of its N sub-envs in this process.
 A vector ``step`` is one ``step_batch`` of the N (state, action) items over the
 workers, so any worker can step any sub-env, a dead worker's items are replayed

@@ -29,7 +29,7 @@ from plan_parallel.state import State, get_state
 from plan_parallel.vector_groups import RecipeGroups, same_value
 from plan_parallel.vector_inputs import check_indices
 
-__all__ = ["VectorAttrs"]
+__all__ = ["VectorAttrs", "has_attr"]
 
 
 def has_attr(env: Any, name: str) -> bool:

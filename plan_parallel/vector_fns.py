@@ -25,7 +25,7 @@ from gymnasium.vector.utils import batch_differing_spaces
 
 from plan_parallel.vector_inputs import is_int
 
-__all__ = ["EnvFns", "check_env_fns", "is_env_fns", "same_env"]
+__all__ = ["EnvFns", "check_env_fns", "check_spaces", "is_env_fns", "same_env"]
 
 
 class EnvFns(NamedTuple):

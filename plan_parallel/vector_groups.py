@@ -44,7 +44,8 @@ from plan_parallel.results import StepBatch
 from plan_parallel.state import State
 from plan_parallel.vector_inputs import is_array_space
 
-__all__ = ["Done", "GatheredStep", "Group", "Recipe", "RecipeGroups", "render_collection", "same_value", "wait_done"]
+__all__ = ["Done", "GatheredStep", "Group", "Recipe", "RecipeGroups", "render_collection", "same_overrides", "same_value",
+           "wait_done"]
 
 
 def same_value(a: Any, b: Any) -> bool:

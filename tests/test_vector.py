@@ -514,6 +514,18 @@ def test_one_value_everywhere_leaves_one_group_and_closes_the_others() -> None:
 
 
 @pytest.mark.timeout(60)
+def test_set_attr_refuses_a_setting_that_changes_the_spaces() -> None:
+    """A setting outside the state whose env has other spaces is refused; no sub-env moved, the group made is closed."""
+    with make("CartPole-v1", 2, AutoresetMode.NEXT_STEP, "process", 2) as vec:
+        vec.reset(seed=0)
+        first, states = vec.plan_env, vec.get_states()
+        with pytest.raises(ValueError, match=r"changes its observation_space: expected Box.*\(no sub-env changed\)"):
+            vec.set_attr("observation_space", spaces.Box(-1.0, 1.0, (4,), np.float32), indices=[1])
+        assert vec.plan_envs == (first,) and vec.get_states() == states
+        vec.step(np.array([0, 1]))
+
+
+@pytest.mark.timeout(60)
 def test_step_wait_timeout_across_groups() -> None:
     """A step of two groups is pending until both parts are done; a timeout leaves it pending."""
     slow = lambda: SlowActionEnv(delay=1.0)  # noqa: E731 - two spec-less callables: two recipe groups
