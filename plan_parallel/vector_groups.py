@@ -156,8 +156,10 @@ class Group:
 class GatheredStep:
     """One step of sub-envs of several groups: each part is ``(positions in the step, that group's future)``.
 
-    ``done()`` when every part is; ``result(timeout)`` waits for every part (the
-    first part's error raises) and returns one :class:`StepBatch` in the step's order.
+    ``done()`` when every part is; ``result(timeout)`` waits for every part and
+    returns one :class:`StepBatch` in the step's order. A part that failed raises
+    its error (a finished part's first, so a part still running cannot hide it
+    behind a "not done yet" TimeoutError).
     """
 
     def __init__(self, parts: list[tuple[np.ndarray, Any]], n: int, space: Any) -> None:
@@ -169,6 +171,9 @@ class GatheredStep:
         return all(fut.done() for _, fut in self.parts)
 
     def result(self, timeout: float | None = None) -> StepBatch:
+        for _, fut in self.parts:
+            if fut.done():
+                fut.result(0)  # raises its error if it failed
         deadline = None if timeout is None else time.monotonic() + timeout
         batches = []
         for _, fut in self.parts:

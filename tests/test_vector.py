@@ -526,6 +526,23 @@ def test_set_attr_refuses_a_setting_that_changes_the_spaces() -> None:
 
 
 @pytest.mark.timeout(60)
+def test_env_error_in_one_group_changes_no_sub_env() -> None:
+    """The env's own error in one group's part raises from the step; no sub-env of any group changed."""
+    fault = {"fault": "raise", "phase": "step", "trigger_action": 2}
+    first = lambda: FaultyEnv(**fault)  # noqa: E731 - two spec-less callables: two recipe groups
+    second = lambda: FaultyEnv(**fault)  # noqa: E731
+    with make([first, second, first], 3, AutoresetMode.NEXT_STEP, "process", 1) as vec:
+        assert len(vec.plan_envs) == 2
+        vec.reset(seed=0)
+        states = vec.get_states()
+        with pytest.raises(ValueError, match="injected fault in step"):
+            vec.step(np.array([0, 2, 1]))
+        assert vec.get_states() == states
+        vec.step(np.array([0, 1, 1]))
+        assert vec.get_states() != states
+
+
+@pytest.mark.timeout(60)
 def test_step_wait_timeout_across_groups() -> None:
     """A step of two groups is pending until both parts are done; a timeout leaves it pending."""
     slow = lambda: SlowActionEnv(delay=1.0)  # noqa: E731 - two spec-less callables: two recipe groups
