@@ -1,11 +1,16 @@
 """PlanVectorEnv: a gymnasium ``VectorEnv`` whose sub-envs are states stepped by the planning workers.
 
-``make_vec`` builds one planning env (:func:`plan_parallel.make`) and keeps the
+``make_vec`` builds a planning env (:func:`plan_parallel.make`) and keeps the
 current :class:`~plan_parallel.State` of each of its N sub-envs in this process.
 A vector ``step`` is one ``step_batch`` of the N (state, action) items over the
 workers, so any worker can step any sub-env, a dead worker's items are replayed
 from the states they carry, and every sub-env can be snapshot and restored
 (:meth:`PlanVectorEnv.get_states` / :meth:`PlanVectorEnv.set_states`).
+
+Sub-envs that are different envs (``env_fns`` building other envs, or a setting
+outside the state changed by ``set_attr``) are stepped by one planning env per
+distinct recipe, each with its own workers (:mod:`plan_parallel.vector_groups`);
+a step sends each group's items to its planning env and gathers them back.
 
 Resets run on an inline env in this process, restored to the sub-env's state
 first: a reset without a seed then continues the sub-env's own RNG, as each
@@ -30,11 +35,11 @@ from gymnasium.error import AlreadyPendingCallError, NoAsyncCallError
 from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import concatenate
 
-from plan_parallel.env import PlanEnv
 from plan_parallel.errors import WaitTimeoutError
 from plan_parallel.results import StepBatch
 from plan_parallel.state import State
-from plan_parallel.vector_core import Done, Received, Step, VectorCore, empty_batch, wait_done
+from plan_parallel.vector_core import Received, Step, VectorCore, empty_batch
+from plan_parallel.vector_groups import Done, GatheredStep, wait_done
 from plan_parallel.vector_infos import add_info
 from plan_parallel.vector_inputs import (
     check_indices,
@@ -44,7 +49,7 @@ from plan_parallel.vector_inputs import (
 
 __all__ = ["PlanVectorEnv", "Received", "make_vec"]
 
-_RECV_SLICE = 0.002  # seconds recv waits on one group before looking at the others again
+_RECV_SLICE = 0.002  # seconds recv waits on one sent part before looking at the others again
 
 
 def make_vec(env: str | Callable[..., Any] | Sequence[Callable[[], Any]] | None = None, num_envs: int | None = None,
@@ -66,7 +71,7 @@ def make_vec(env: str | Callable[..., Any] | Sequence[Callable[[], Any]] | None 
 
 
 class PlanVectorEnv(VectorCore):
-    """N sub-envs kept as states in this process and stepped by one planning env (see :func:`make_vec`).
+    """N sub-envs kept as states in this process and stepped by planning workers (see :func:`make_vec`).
 
     Besides the ``VectorEnv`` API: ``step_async`` / ``step_wait(timeout)``,
     ``send`` / ``recv`` (partial gather), ``get_states`` / ``set_states``, and
@@ -74,18 +79,26 @@ class PlanVectorEnv(VectorCore):
 
     A call that raises leaves every sub-env as it was before the call (states,
     observations, autoreset flags): nothing is committed until a whole step (or
-    reset, or recv group) has succeeded, so the call can be made again.
+    reset, or part of a send) has succeeded, so the call can be made again.
     """
 
     # ------------------------------------------------------------------ stepping
-    def _submit(self, actions: Any, states: list) -> Any:
-        """A future of ``step_batch(actions, states)``; the inline backend runs it now."""
-        if not states:  # every sub-env resets: nothing to step (and step_batch cannot stack 0 Dict obs)
+    def _submit(self, actions: Any, ids: np.ndarray) -> Any:
+        """A future of the step of sub-envs ``ids`` (a ``StepBatch`` in their order); the inline backend runs it now.
+
+        One ``step_batch`` per recipe group of the sub-envs (one in the common case).
+        """
+        if not len(ids):  # every sub-env resets: nothing to step (and step_batch cannot stack 0 Dict obs)
             empty = np.zeros(0)
             return Done(StepBatch([], None, empty, empty.astype(np.bool_), empty.astype(np.bool_), []))
-        if isinstance(self._plan, PlanEnv):  # the inline backend (self._plan is self._local)
-            return Done(self._plan.step_batch(actions, states))
-        return self._plan.step_batch_async(actions, states)
+        states = self._states
+        if len(self._recipes.groups) == 1:
+            return self._recipes.groups[0].submit(actions, states if len(ids) == len(states) else [states[i] for i in ids])
+        futures = []
+        for group, pos in self._recipes.split(ids):  # on an error the parts submitted run on, and their results are dropped
+            sub = actions[pos] if isinstance(actions, np.ndarray) else [actions[p] for p in pos]
+            futures.append((pos, group.submit(sub, [states[i] for i in ids[pos]])))
+        return GatheredStep(futures, len(ids), self.single_observation_space)
 
     def _start(self, actions: Any, ids: np.ndarray) -> tuple[Any, np.ndarray, dict]:
         """Submit the step of sub-envs ``ids`` with their checked ``actions``; NEXT_STEP resets run meanwhile."""
@@ -98,10 +111,9 @@ class PlanVectorEnv(VectorCore):
                 sub_actions = actions[~flags]
             else:
                 sub_actions = [a for a, f in zip(actions, flags) if not f]
-        states = self._states
-        fut = self._submit(sub_actions, states if len(run) == len(states) else [states[i] for i in run])
+        fut = self._submit(sub_actions, run)
         # Resets run here while the workers step (the batch above is in flight).
-        done = {int(i): self._reset_one(self._states[i], None, None) for i in resets}
+        done = {int(i): self._reset_one(int(i), self._states[i], None, None) for i in resets}
         return fut, run, done
 
     def _results(self, step: Step, batch: Any) -> dict[int, tuple[State, list[dict], bool]]:
@@ -117,7 +129,7 @@ class PlanVectorEnv(VectorCore):
             info.pop("n_steps", None)  # plan_parallel's own key; gymnasium's infos do not have it
             if same_step and ended[j]:
                 final = {"final_obs": deepcopy(state.obs), "final_info": info}
-                state, _, reset_info = self._reset_one(state, None, None)
+                state, _, reset_info = self._reset_one(i, state, None, None)
                 out[i] = (state, [final, reset_info], True)
             else:
                 out[i] = (state, [info], False)
@@ -199,8 +211,9 @@ class PlanVectorEnv(VectorCore):
     def send(self, actions: Any, env_ids: Any) -> None:
         """Start a step of the sub-envs ``env_ids`` (k of them, with k actions); :meth:`recv` gathers them.
 
-        The sub-envs are split into one ``step_batch`` per worker-sized group, so
-        the groups that finish first can be received while the others run.
+        The sub-envs are split by recipe group, and each group's into one
+        ``step_batch`` per worker, so the parts that finish first can be
+        received while the others run.
         Autoreset is applied per sub-env as in :meth:`step`.
 
         Raises:
@@ -221,20 +234,21 @@ class PlanVectorEnv(VectorCore):
         self._check_not_disabled_done(ids)
         if not len(ids):
             return
-        groups = np.array_split(np.arange(len(ids)), min(len(ids), self.n_workers))
+        chunks = [chunk for group, pos in self._recipes.split(ids)
+                  for chunk in np.array_split(pos, min(len(pos), group.plan.n_workers))]
         started: list[Step] = []
-        for pos in groups:  # on an error nothing of this send is kept: its sub-envs stay idle
+        for pos in chunks:  # on an error nothing of this send is kept: its sub-envs stay idle
             sub = actions[pos] if isinstance(actions, np.ndarray) else [actions[p] for p in pos]
             started.append(Step(*self._start(sub, ids[pos])))
         for step in started:
-            self._groups.append(step)
+            self._sent.append(step)
             self._in_flight[step.ids] = True
             self._in_flight[list(step.resets)] = True
         self._collect()
 
     def _collect(self) -> None:
-        """Move every finished group's results into the ready queue (committing its sub-envs)."""
-        for step in list(self._groups):
+        """Move every finished part's results into the ready queue (committing its sub-envs)."""
+        for step in list(self._sent):
             if not step.fut.done():
                 continue
             ids = list(step.resets) + step.ids.tolist()
@@ -244,7 +258,7 @@ class PlanVectorEnv(VectorCore):
             except BaseException:
                 self._drop(step)
                 raise
-            self._groups.remove(step)
+            self._sent.remove(step)
             rows = {i: j for j, i in enumerate(step.ids.tolist())}
             for i in ids:
                 state, add, was_reset = results[i]
@@ -257,8 +271,8 @@ class PlanVectorEnv(VectorCore):
                 self._ready[i] = (state.obs, reward, term, trunc, add)
 
     def _drop(self, step: Step) -> None:
-        """Forget a failed group: its sub-envs keep their states and can be sent again."""
-        self._groups.remove(step)
+        """Forget a failed part: its sub-envs keep their states and can be sent again."""
+        self._sent.remove(step)
         self._in_flight[list(step.resets) + step.ids.tolist()] = False
 
     def recv(self, wait_num: int | None = None, timeout: float | None = None) -> Received:
@@ -271,7 +285,7 @@ class PlanVectorEnv(VectorCore):
             TimeoutError: fewer than ``wait_num`` finished within ``timeout``
                 (nothing is lost: the ready ones stay queued, the rest keep running).
             WorkerTimeoutError, WorkerCrashedError or the env's own exception: the
-                failed group's sub-envs are dropped unchanged (send them again).
+                failed part's sub-envs are dropped unchanged (send them again).
         """
         self._check_open()
         outstanding = len(self._ready) + int(self._in_flight.sum())
@@ -287,7 +301,7 @@ class PlanVectorEnv(VectorCore):
             if left is not None and left <= 0:
                 raise WaitTimeoutError(f"recv: {len(self._ready)} of {k} sub-envs finished within {timeout} s; "
                                    "the rest are still running")
-            head = self._groups[0]
+            head = self._sent[0]
             try:
                 wait_done(head.fut, _RECV_SLICE if left is None else min(left, _RECV_SLICE))
             except BaseException:

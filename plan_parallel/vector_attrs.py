@@ -1,13 +1,17 @@
 """The attribute side of :class:`~plan_parallel.vector.PlanVectorEnv`: ``call``, ``get_attr``, ``set_attr``, ``render``.
 
 A sub-env is a state, not an env object, so its attributes are read from an env
-in this process restored to that state. What the state does not hold is kept
-here, per sub-env, where gymnasium's ``SyncVectorEnv`` keeps it on each env:
+in this process (its recipe group's, see :mod:`plan_parallel.vector_groups`)
+restored to that state. What the state does not hold is kept where gymnasium's
+``SyncVectorEnv`` keeps it on each env:
 
-- ``np_random_seed``: the seed each sub-env was last reset with;
-- attributes ``set_attr`` creates (names the env does not have);
+- settings outside the state (``gravity``): in the sub-env's recipe; ``set_attr``
+  moves the sub-env to the recipe group with that setting, whose envs (its
+  workers' and this process's) have it;
+- ``np_random_seed``: here, the seed each sub-env was last reset with;
+- attributes ``set_attr`` creates (names the env does not have): here, per sub-env;
 - with ``render_mode="rgb_array_list"``, each sub-env's frames since its last
-  ``render`` (one per reset and per step, as gymnasium's ``RenderCollection``).
+  ``render`` (one per reset and per step, as gymnasium's ``RenderCollection``): here.
 
 A sub-env never reset is read from a fresh env (as SyncVectorEnv's are before
 their first reset; with ``env_fns``, from its own callable); what the call
@@ -15,36 +19,26 @@ changes there is not kept.
 """
 from __future__ import annotations
 
-from collections.abc import Callable
 from copy import deepcopy
 from typing import Any
 
 import numpy as np
-from gymnasium.wrappers import RenderCollection
 
 from plan_parallel.errors import ClosedError, StateError
 from plan_parallel.state import State, get_state
+from plan_parallel.vector_groups import RecipeGroups, same_value
 from plan_parallel.vector_inputs import check_indices
 
-__all__ = ["VectorAttrs", "same_value"]
+__all__ = ["VectorAttrs", "has_attr"]
 
 
-def same_value(a: Any, b: Any) -> bool:
-    """``a == b`` as one bool, for arrays too; False when they cannot be compared."""
-    if a is b:
-        return True
+def has_attr(env: Any, name: str) -> bool:
+    """Does ``env`` (or one of its wrappers) have attribute ``name``?"""
     try:
-        return bool(np.array_equal(a, b)) if isinstance(a, np.ndarray) or isinstance(b, np.ndarray) else bool(a == b)
-    except Exception:
+        env.get_wrapper_attr(name)
+    except AttributeError:
         return False
-
-
-def _render_collection(env: Any) -> RenderCollection | None:
-    while env is not None:
-        if isinstance(env, RenderCollection):
-            return env
-        env = getattr(env, "env", None)
-    return None
+    return True
 
 
 class VectorAttrs:
@@ -52,28 +46,28 @@ class VectorAttrs:
 
     num_envs: int
     closed: bool
-    _local: Any
-    _local_used: bool
+    _recipes: RecipeGroups
     _states: list[State | None]
     _started: np.ndarray
-    _new_sub: Callable[[int], Any]
 
     def _init_attrs(self) -> None:
         n = self.num_envs
         self._side: list[dict[str, Any]] = [{} for _ in range(n)]  # per sub-env, outside the state
         self._created: set[str] = set()  # the names set_attr created (the env has no such attribute)
-        self._collector = _render_collection(self._local.gym_env)
-        self._frames: list[list[Any]] | None = [[] for _ in range(n)] if self._collector is not None else None
+        collects = self._recipes.of(0).collector is not None
+        self._frames: list[list[Any]] | None = [[] for _ in range(n)] if collects else None
 
     def _record_frame(self, i: int, state: State, reset: bool) -> None:
         """With ``rgb_array_list``: the frame of sub-env ``i`` in ``state`` joins its list (a reset clears it first)."""
-        if self._frames is None or self._collector is None:
+        group = self._recipes.of(i)
+        collector = group.collector
+        if self._frames is None or collector is None:
             return
-        if reset and self._collector.reset_clean:
+        if reset and collector.reset_clean:
             self._frames[i] = []
-        self._local.set_state(state)
-        self._local_used = True
-        self._frames[i].append(self._collector.env.render())
+        group.local.set_state(state)
+        group.local_used = True
+        self._frames[i].append(collector.env.render())
 
     def _record_seed(self, i: int, seed: int | None) -> None:
         if seed is not None:
@@ -97,9 +91,10 @@ class VectorAttrs:
     def _read(self, i: int, env: Any, name: str, args: tuple, kwargs: dict) -> Any:
         if name in self._side[i]:
             return self._side[i][name]
+        collector = self._recipes.of(i).collector
         if name == "render" and self._frames is not None:
             frames = self._frames[i]
-            if self._collector is not None and self._collector.pop_frames:
+            if collector is not None and collector.pop_frames:
                 self._frames[i] = []
             return frames
         attr = env.get_wrapper_attr(name)
@@ -122,12 +117,13 @@ class VectorAttrs:
         for i in self._attr_ids(indices):
             state = self._states[i]
             if state is None:
-                with self._new_sub(i) as fresh:
+                with self._recipes.new_sub(i) as fresh:
                     out.append(self._read(i, fresh.gym_env, name, args, kwargs))
                 continue
-            self._local.set_state(state)
-            self._local_used = True
-            out.append(self._read(i, self._local.gym_env, name, args, kwargs))
+            group = self._recipes.of(i)
+            group.local.set_state(state)
+            group.local_used = True
+            out.append(self._read(i, group.local.gym_env, name, args, kwargs))
         return tuple(out)
 
     def get_attr(self, name: str, indices: Any = None) -> tuple[Any, ...]:
@@ -144,17 +140,23 @@ class VectorAttrs:
     def set_attr(self, name: str, values: Any, indices: Any = None) -> None:
         """Set attribute ``name`` of the sub-envs in ``indices`` (a list/tuple: one value each; else the same value).
 
-        An attribute that is part of the env's state (e.g. CartPole's ``state``)
-        is captured into the sub-env's state, which the workers restore; the
-        sub-env's observation is unchanged until its next step. A name the env
-        does not have is created, kept per sub-env in this process (the env's
-        code does not read it). A setting outside the state (``force_mag``,
-        ``gravity``) would reach only this process's env, so it is refused.
+        As SyncVectorEnv's ``set_wrapper_attr`` on each sub-env's env, by what the attribute is:
+
+        - part of the env's state (e.g. CartPole's ``state``): captured into the
+          sub-env's state, which the workers restore (the sub-env must have been
+          reset); its observation is unchanged until its next step;
+        - a setting outside the state (``gravity``, ``force_mag``): the sub-env
+          moves, keeping its state, to the recipe group of its env with that
+          setting, made if needed (its own workers: see
+          :mod:`plan_parallel.vector_groups`); groups left without a sub-env close;
+        - a name the env does not have: created, kept per sub-env in this process
+          (the env's code does not read it).
 
         Raises:
-            ValueError: wrong number of values, or ``name`` is not part of the
-                env's state (no sub-env changed). StateError: a state attribute
-                of a sub-env never reset, or an env whose state cannot be captured.
+            ValueError: wrong number of values, or a setting that changes the env's spaces.
+            StateError: a state attribute of a sub-env never reset; a state the env
+                with the new setting cannot restore. In every case no sub-env changed.
+            AlreadyPendingCallError: a step or a send is pending.
         """
         ids = self._attr_ids(indices)
         if not isinstance(values, (list, tuple)):
@@ -163,42 +165,61 @@ class VectorAttrs:
             raise ValueError("Values must be a list or tuple with length equal to the number of environments. "
                              f"Got `{len(values)}` values for {len(ids)} environments.")
         self._check_idle("set_attr")
-        env = self._local.gym_env
-        if name in self._created or not self._has_attr(name):
-            self._created.add(name)
-            for i, value in zip(ids, values):
-                self._side[i][name] = value
-            return
-        missing = [i for i in ids if not self._started[i]]
-        if missing:
-            raise StateError(f"set_attr({name!r}): sub-envs {missing} have no state yet to hold it: call reset first "
-                             "(a setting outside the env's state, such as gravity, cannot be set per sub-env: pass it "
-                             "to make_vec as an env kwarg)")
-        new: list[tuple[int, State]] = []
+        created: list[tuple[int, Any]] = []
+        new_states: list[tuple[int, State]] = []
+        moves: dict[int, tuple[str, Any]] = {}
         for i, value in zip(ids, values):
-            old_state = self._states[i]
-            assert old_state is not None
-            self._local.set_state(old_state)
-            self._local_used = True
-            old = env.get_wrapper_attr(name)
-            env.set_wrapper_attr(name, value)
-            s = get_state(env)
-            state = State(s.kind, s.sim, s.extra, s.rng, s.wrappers, old_state.obs)
-            if not same_value(old, value):
-                env.set_wrapper_attr(name, old)  # is the value in the state, or only on this env?
-                self._local.set_state(state)
-                if not same_value(env.get_wrapper_attr(name), value):
-                    self._local.set_state(old_state)
-                    raise ValueError(f"set_attr({name!r}): this attribute is not part of the env's state, so the "
-                                     "workers would not see it (no sub-env changed); pass it to make_vec as an "
-                                     "env kwarg instead")
-            new.append((i, state))
-        for i, state in new:
+            if name in self._created or not has_attr(self._recipes.of(i).local.gym_env, name):
+                created.append((i, value))
+                continue
+            in_state, state = self._try_in_state(i, name, value)
+            if state is not None:
+                new_states.append((i, state))
+            elif not in_state:
+                moves[i] = (name, value)
+        if moves:
+            self._recipes.move(moves, self._states)
+        for i, value in created:
+            self._created.add(name)
+            self._side[i][name] = value
+        for i, state in new_states:
             self._states[i] = state
 
-    def _has_attr(self, name: str) -> bool:
-        try:
-            self._local.gym_env.get_wrapper_attr(name)
-        except AttributeError:
-            return False
-        return True
+    def _try_in_state(self, i: int, name: str, value: Any) -> tuple[bool, State | None]:
+        """Set ``name`` to ``value`` on sub-env ``i``'s state, if the state holds it (nothing is committed).
+
+        Returns:
+            ``(True, new state)`` when the state holds the attribute; ``(True, None)``
+            when it has that value already; ``(False, None)`` when it is a setting
+            outside the state (this process's env is left as it was).
+
+        Raises:
+            StateError: the state holds it but sub-env ``i`` was never reset.
+        """
+        group = self._recipes.of(i)
+        local = group.local
+        state = self._states[i]
+        if state is None:  # never reset: any state of its env tells where the attribute lives
+            try:
+                probe = local.get_state()
+            except StateError:
+                probe = local.reset()[0]
+        else:
+            probe = state
+        local.set_state(probe)
+        group.local_used = True
+        old = local.gym_env.get_wrapper_attr(name)
+        if same_value(old, value):
+            return True, None
+        local.gym_env.set_wrapper_attr(name, value)
+        s = get_state(local.gym_env)
+        new = State(s.kind, s.sim, s.extra, s.rng, s.wrappers, probe.obs)
+        local.gym_env.set_wrapper_attr(name, old)  # is the value in the state, or only on this env?
+        local.set_state(new)
+        if not same_value(local.gym_env.get_wrapper_attr(name), value):
+            local.set_state(probe)
+            return False, None
+        if state is None:
+            raise StateError(f"set_attr({name!r}): sub-env {i} has no state yet to hold it (the attribute is part "
+                             "of the env's state): call reset first (no sub-env changed)")
+        return True, new

@@ -1,10 +1,11 @@
 """The base of :class:`~plan_parallel.vector.PlanVectorEnv`: construction, resets, states, closing.
 
 The N sub-envs are states kept in this process (see :mod:`plan_parallel.vector`);
-this module holds what every vector call shares: building the planning env and
-this process's env, the checks, resets (:meth:`VectorCore.reset`), committing a
-sub-env's new state, batching the observations, ``get_states`` / ``set_states``
-and closing. Stepping (``step``, ``send`` / ``recv``) is in :mod:`plan_parallel.vector`.
+this module holds what every vector call shares: building the recipe groups
+(each a planning env and an env in this process, see :mod:`plan_parallel.vector_groups`),
+the checks, resets (:meth:`VectorCore.reset`), committing a sub-env's new state,
+batching the observations, ``get_states`` / ``set_states`` and closing. Stepping
+(``step``, ``send`` / ``recv``) is in :mod:`plan_parallel.vector`.
 """
 from __future__ import annotations
 
@@ -15,24 +16,25 @@ from typing import Any, NamedTuple, Self
 import numpy as np
 from gymnasium.error import AlreadyPendingCallError
 from gymnasium.vector import AutoresetMode, VectorEnv
-from gymnasium.vector.utils import batch_space, concatenate, create_empty_array
+from gymnasium.vector.utils import batch_differing_spaces, batch_space, concatenate, create_empty_array
 
-from plan_parallel.build import make
-from plan_parallel.errors import ClosedError, StateError, WorkerTimeoutError
-from plan_parallel.inputs import check_states
+from plan_parallel.errors import ClosedError, StateError
 from plan_parallel.state import State
 from plan_parallel.vector_attrs import VectorAttrs
 from plan_parallel.vector_fns import check_env_fns, is_env_fns
+from plan_parallel.vector_groups import RecipeGroups
 from plan_parallel.vector_inputs import (
     check_autoreset_flags,
     check_indices,
+    check_observation_mode,
+    check_plan_options,
     check_reset_options,
     check_reset_seeds,
     is_array_space,
     is_int,
 )
 
-__all__ = ["Done", "Received", "Step", "VectorCore", "empty_batch", "wait_done"]
+__all__ = ["Received", "Step", "VectorCore", "empty_batch"]
 
 
 def empty_batch(space: Any, n: int, fn: Any = np.empty) -> Any:
@@ -55,41 +57,12 @@ class Received(NamedTuple):
     env_ids: np.ndarray
 
 
-class Done:
-    """A finished future (the inline backend runs a batch when it is submitted)."""
-
-    def __init__(self, value: Any) -> None:
-        self.value = value
-
-    def done(self) -> bool:
-        return True
-
-    def result(self, timeout: float | None = None) -> Any:
-        return self.value
-
-
 class Step(NamedTuple):
     """One submitted step of some sub-envs: ``fut`` steps ``ids`` (in order); ``resets`` are done already."""
 
     fut: Any
     ids: np.ndarray
     resets: dict
-
-
-def wait_done(fut: Any, timeout: float | None) -> bool:
-    """Wait up to ``timeout`` for ``fut``: True when it finished, False when it is still running.
-
-    Its failure raises (an env's own TimeoutError and WorkerTimeoutError too:
-    ``result`` raises TimeoutError both for "not done yet" and for those).
-    """
-    try:
-        fut.result(timeout)
-        return True
-    except TimeoutError as exc:
-        if isinstance(exc, WorkerTimeoutError) or fut.done():
-            fut.result(0)  # finished since (returns) or failed (raises its error)
-            return True
-        return False
 
 
 class VectorCore(VectorAttrs, VectorEnv):  # type: ignore[misc]  # np_random(_seed): tuples, as SyncVectorEnv
@@ -103,6 +76,7 @@ class VectorCore(VectorAttrs, VectorEnv):  # type: ignore[misc]  # np_random(_se
         backend: str = "process",
         autoreset_mode: str | AutoresetMode = AutoresetMode.NEXT_STEP,
         *,
+        observation_mode: str = "same",
         recover: bool = True,
         copy: bool = True,
         timeout: float | None = None,
@@ -114,18 +88,22 @@ class VectorCore(VectorAttrs, VectorEnv):  # type: ignore[misc]  # np_random(_se
         worker_options: dict | None = None,
         **env_kwargs: Any,
     ) -> None:
-        """Build the planning env and this process's env; no sub-env is reset yet (call :meth:`reset`).
+        """Build the recipe groups (planning envs and envs here); no sub-env is reset yet (call :meth:`reset`).
 
         Args:
             env: a gymnasium env id, a callable returning a ``gymnasium.Env``, or a
-                list of such callables, one per sub-env (gymnasium's ``env_fns``; they
-                must build the same env, see :mod:`plan_parallel.vector_fns`).
+                list of such callables, one per sub-env (gymnasium's ``env_fns``;
+                callables building different envs get a planning env each, see
+                :mod:`plan_parallel.vector_fns`).
             num_envs: N, the number of sub-envs (any N >= 1, independent of ``n_workers``;
                 default 1, or ``len(env_fns)``).
             n_workers: workers of the ``"process"`` and ``"ray"`` backends (default: CPU count).
             backend: ``"inline"``, ``"process"`` (default) or ``"ray"``, as :func:`plan_parallel.make`.
             autoreset_mode: ``AutoresetMode.NEXT_STEP`` (default), ``SAME_STEP`` or
                 ``DISABLED`` (or their string values), with gymnasium's conventions.
+            observation_mode: ``"same"`` (default: every sub-env's observation space
+                equal) or ``"different"`` (equal shape and dtype; ``observation_space``
+                is gymnasium's ``batch_differing_spaces`` of them), as SyncVectorEnv's.
             recover: replace a worker that dies and replay its items (the step gives
                 the same result); False: a death raises :class:`~plan_parallel.WorkerCrashedError`.
             copy: return a fresh observation array every call (as SyncVectorEnv's ``copy``).
@@ -137,16 +115,18 @@ class VectorCore(VectorAttrs, VectorEnv):  # type: ignore[misc]  # np_random(_se
 
         Raises:
             ValueError/TypeError: bad arguments. StateError: the env's state cannot be captured.
+            RuntimeError: the ``env_fns`` sub-envs' spaces do not agree (gymnasium's message).
         """
         super().__init__()
-        fns: list[Callable[[], Any]] | None = None
+        observation_mode = check_observation_mode(observation_mode)
+        checked = None
         if is_env_fns(env):
             if env_kwargs:
                 raise TypeError(f"env kwargs {sorted(env_kwargs)} cannot be passed to env_fns (they take none)")
-            fns, num_envs = check_env_fns(env, num_envs)
+            checked = check_env_fns(env, num_envs, observation_mode)
+            num_envs = len(checked.fns)
         elif num_envs is None:
             num_envs = 1
-        recipe: str | Callable[..., Any] = fns[0] if fns is not None else env  # type: ignore[assignment]
         if not is_int(num_envs) or num_envs < 1:
             raise ValueError(f"num_envs must be an integer >= 1, got {num_envs!r}")
         try:
@@ -154,42 +134,39 @@ class VectorCore(VectorAttrs, VectorEnv):  # type: ignore[misc]  # np_random(_se
         except ValueError:
             raise ValueError(f"autoreset_mode must be one of {[m.value for m in AutoresetMode]}, "
                              f"got {autoreset_mode!r}") from None
-        if not isinstance(recover, bool):
-            raise TypeError(f"recover must be a bool, got {recover!r}")
-        opts = {k: v for k, v in {"timeout": timeout, "context": context, "adapter": adapter, "address": address,
-                                  "worker_options": worker_options}.items() if v is not None}
-        opts["small_batch_inline"] = small_batch_inline
-        if not recover and max_restarts:
-            raise ValueError(f"recover=False means max_restarts=0, got max_restarts={max_restarts!r}")
-        if recover and max_restarts == 0:
-            raise ValueError("recover=True needs max_restarts >= 1 (or None: 3); use recover=False for none")
-        opts["max_restarts"] = (3 if max_restarts is None else max_restarts) if recover else 0
+        options = check_plan_options(recover, max_restarts, backend=backend, n_workers=n_workers, timeout=timeout,
+                                     context=context, adapter=adapter, address=address, worker_options=worker_options,
+                                     small_batch_inline=small_batch_inline)
         self.num_envs = int(num_envs)
         self.autoreset_mode = mode
         self.recover = recover
         self.copy = bool(copy)
-        self._new_local: Callable[[], Any] = lambda: make(recipe, backend="inline", adapter=adapter, **env_kwargs)
-        self._from_fns = fns is not None
-        # A fresh env for sub-env i, never reset by the vector env: from its own callable with env_fns.
-        self._new_sub: Callable[[int], Any] = (
-            (lambda i: make(fns[i], backend="inline", adapter=adapter)) if fns is not None else (lambda i: self._new_local()))
-        self._plan = make(recipe, backend=backend, n_workers=n_workers, **opts, **env_kwargs)
-        try:
-            self._local = self._plan if backend == "inline" else self._new_local()
-        except BaseException:
-            self._plan.close()
-            raise
-        self._local_used = False  # has the local env been reset or restored yet?
-        self.single_observation_space = self._plan.observation_space
-        self.single_action_space = self._plan.action_space
-        self.observation_space = batch_space(self.single_observation_space, self.num_envs)
-        self.action_space = batch_space(self.single_action_space, self.num_envs)
-        gym_env = self._local.gym_env
+        self.observation_mode = observation_mode
+        n = self.num_envs
+        self._recipes = RecipeGroups(
+            checked.fns if checked is not None else [env] * n,  # type: ignore[list-item]
+            checked.bases if checked is not None else [0] * n,
+            env_kwargs, options, from_fns=checked is not None)
+        first = self._recipes.of(0)
+        self.single_observation_space = first.plan.observation_space
+        self.single_action_space = first.plan.action_space
+        if observation_mode == "same":
+            self.observation_space = batch_space(self.single_observation_space, n)
+        elif checked is not None:
+            self.observation_space = checked.observation_space
+        else:
+            try:
+                self.observation_space = batch_differing_spaces([self.single_observation_space] * n)
+            except BaseException:  # gymnasium's error: a space it cannot batch
+                self._recipes.close()
+                self.closed = True  # nothing left for close() (or __del__) to do
+                raise
+        self.action_space = batch_space(self.single_action_space, n)
+        gym_env = first.local.gym_env
         self.metadata = dict(getattr(gym_env, "metadata", {}))
         self.metadata["autoreset_mode"] = mode
         self.render_mode = getattr(gym_env, "render_mode", None)
-        self.spec = self._plan.spec
-        n = self.num_envs
+        self.spec = first.plan.spec
         self._states: list[State | None] = [None] * n
         self._started = np.zeros(n, dtype=np.bool_)  # has a state (reset or set)
         self._all = np.arange(n)
@@ -197,7 +174,7 @@ class VectorCore(VectorAttrs, VectorEnv):  # type: ignore[misc]  # np_random(_se
         self._observations = empty_batch(self.single_observation_space, n, np.zeros)  # copy=False
         self._autoreset = np.zeros(n, dtype=np.bool_)
         self._pending: Step | None = None  # step_async's step, until step_wait
-        self._groups: list[Step] = []  # send's steps in flight
+        self._sent: list[Step] = []  # send's steps in flight
         self._in_flight = np.zeros(n, dtype=np.bool_)  # sent, not yet done
         self._ready: OrderedDict[int, tuple] = OrderedDict()  # done, not yet returned by recv
         self._action_spaces: dict[int, Any] = {n: self.action_space}
@@ -207,12 +184,23 @@ class VectorCore(VectorAttrs, VectorEnv):  # type: ignore[misc]  # np_random(_se
     # ------------------------------------------------------------------ properties
     @property
     def plan_env(self) -> Any:
-        """The planning env the sub-envs are stepped by (``pids``, ``stats``, ``step_batch`` ...)."""
-        return self._plan
+        """The planning env sub-env 0 is stepped by (``pids``, ``stats``, ``step_batch`` ...).
+
+        With one recipe group (every sub-env the same env: the common case) it
+        steps every sub-env; see :attr:`plan_envs` for each group's.
+        """
+        return self._recipes.of(0).plan
+
+    @property
+    def plan_envs(self) -> tuple[Any, ...]:
+        """The planning env of each recipe group, oldest first (one unless sub-envs differ, see
+        :mod:`plan_parallel.vector_groups`)."""
+        return tuple(g.plan for g in self._recipes.groups)
 
     @property
     def n_workers(self) -> int:
-        return self._plan.n_workers
+        """Workers of each recipe group's planning env (every group has as many)."""
+        return self.plan_env.n_workers
 
     @property
     def autoreset_envs(self) -> np.ndarray:
@@ -221,8 +209,12 @@ class VectorCore(VectorAttrs, VectorEnv):  # type: ignore[misc]  # np_random(_se
 
     @property
     def stats(self) -> dict:
-        """The planning env's telemetry (items, batches, restarts, timeouts ...)."""
-        return self._plan.stats
+        """:attr:`plan_env`'s telemetry (items, batches, restarts, timeouts ...).
+
+        With several recipe groups, that of sub-env 0's group only (each group's:
+        ``[e.stats for e in plan_envs]``).
+        """
+        return self.plan_env.stats
 
     # ------------------------------------------------------------------ checks
     def _check_open(self) -> None:
@@ -253,23 +245,24 @@ class VectorCore(VectorAttrs, VectorEnv):  # type: ignore[misc]  # np_random(_se
                                  "first with reset(options={'reset_mask': mask})")
 
     # ------------------------------------------------------------------ resets
-    def _reset_one(self, state: State | None, seed: int | None, options: dict | None, i: int = 0) -> tuple:
+    def _reset_one(self, i: int, state: State | None, seed: int | None, options: dict | None) -> tuple:
         """Reset sub-env ``i`` whose current state is ``state`` (None: never reset). Returns ``(state, obs, info)``.
 
-        The local env is restored to ``state`` first, so a reset with ``seed=None``
-        continues the sub-env's own RNG (and every other piece of its state that
-        outlives a reset), as a separate env per sub-env would.
+        Its group's local env is restored to ``state`` first, so a reset with
+        ``seed=None`` continues the sub-env's own RNG (and every other piece of its
+        state that outlives a reset), as a separate env per sub-env would.
         """
-        local = self._local
+        group = self._recipes.of(i)
+        local = group.local
         if state is not None:
             local.set_state(state)
-        elif seed is None and (self._local_used or (i and self._from_fns)):
+        elif seed is None and not self._recipes.fresh_for(i):
             # A never-reset sub-env reset without a seed: a fresh env, as SyncVectorEnv's would be.
-            with self._new_sub(i) as fresh:
+            with self._recipes.new_sub(i) as fresh:
                 out = fresh.reset(seed=None, options=options)
                 self._last_seed = fresh.gym_env.np_random_seed
                 return out
-        self._local_used = True
+        group.local_used = True
         out = local.reset(seed=seed, options=options)
         self._last_seed = seed if state is not None else local.gym_env.np_random_seed
         return out
@@ -310,7 +303,7 @@ class VectorCore(VectorAttrs, VectorEnv):  # type: ignore[misc]  # np_random(_se
     def _drop_in_flight(self) -> None:
         """Forget a pending step and every sent or unreturned sub-env: their results are never returned."""
         self._pending = None
-        self._groups = []
+        self._sent = []
         self._in_flight[:] = False
         self._ready.clear()
 
@@ -341,7 +334,7 @@ class VectorCore(VectorAttrs, VectorEnv):  # type: ignore[misc]  # np_random(_se
         done = []
         seed_used: dict[int, int | None] = {}
         for i in ids:
-            state, _, info = self._reset_one(self._states[i], seeds[i], opts, i)
+            state, _, info = self._reset_one(i, self._states[i], seeds[i], opts)
             seed_used[i] = self._last_seed
             done.append((i, state))
             infos = self._add_info(infos, info, i)
@@ -380,7 +373,7 @@ class VectorCore(VectorAttrs, VectorEnv):  # type: ignore[misc]  # np_random(_se
         self._check_open()
         self._check_idle("set_states")
         ids = check_indices(indices, self.num_envs)
-        states = check_states(states, self._local.kind, len(ids), None)
+        states = self._recipes.check_states(states, ids)
         for j, s in enumerate(states):
             if s.obs is None:
                 raise StateError(f"states[{j}] carries no observation: use states from get_states, reset, "
@@ -396,13 +389,9 @@ class VectorCore(VectorAttrs, VectorEnv):  # type: ignore[misc]  # np_random(_se
 
     # ------------------------------------------------------------------ closing
     def close_extras(self, **kwargs: Any) -> None:
-        """Drop what is in flight and close the planning env (and this process's env)."""
+        """Drop what is in flight and close every recipe group (its planning env and this process's env)."""
         self._drop_in_flight()
-        try:
-            self._plan.close()
-        finally:
-            if self._local is not self._plan:
-                self._local.close()
+        self._recipes.close()
 
     def __enter__(self) -> Self:
         return self
@@ -411,11 +400,12 @@ class VectorCore(VectorAttrs, VectorEnv):  # type: ignore[misc]  # np_random(_se
         self.close()
 
     def __del__(self) -> None:
-        if not getattr(self, "closed", True) and hasattr(self, "_local"):
+        if not getattr(self, "closed", True) and hasattr(self, "_recipes"):
             self.close()
 
     def __repr__(self) -> str:
         name = self.spec.id if self.spec is not None else "env"
-        return (f"PlanVectorEnv({name}, num_envs={self.num_envs}, backend={self._plan.backend!r}, "
+        groups = len(self._recipes.groups)
+        return (f"PlanVectorEnv({name}, num_envs={self.num_envs}, backend={self._recipes.plan_options['backend']!r}, "
                 f"n_workers={self.n_workers}, autoreset_mode={self.autoreset_mode.value!r}"
-                f"{', closed' if self.closed else ''})")
+                f"{f', groups={groups}' if groups > 1 else ''}{', closed' if self.closed else ''})")

@@ -17,6 +17,8 @@ from plan_parallel.inputs import check_actions, check_seed
 __all__ = [
     "check_autoreset_flags",
     "check_indices",
+    "check_observation_mode",
+    "check_plan_options",
     "check_reset_options",
     "check_reset_seeds",
     "check_vector_actions",
@@ -97,6 +99,37 @@ def check_vector_actions(single: spaces.Space, actions: Any, k: int, batched: di
         if not inside:
             raise ValueError(f"action {i} is outside {single}: {a!r:.200}")
     return items
+
+
+def check_observation_mode(mode: Any) -> str:
+    """``observation_mode``: ``"same"`` (every sub-env's observation space equal) or ``"different"``.
+
+    Raises:
+        ValueError: anything else (gymnasium's message; make_vec takes no tuple of spaces).
+    """
+    if not isinstance(mode, str) or mode not in ("same", "different"):
+        raise ValueError("Invalid `observation_mode`, expected: 'same' or 'different' (make_vec takes no tuple of "
+                         f"spaces), actual got {mode!r:.200}")
+    return mode
+
+
+def check_plan_options(recover: Any, max_restarts: Any, **options: Any) -> dict[str, Any]:
+    """:func:`plan_parallel.make`'s options for a vector env's planning envs (None values left out).
+
+    ``recover`` (a bool) sets ``max_restarts``: 3 by default with it, 0 without.
+
+    Raises:
+        TypeError: ``recover`` is not a bool. ValueError: ``max_restarts`` contradicts ``recover``.
+    """
+    if not isinstance(recover, bool):
+        raise TypeError(f"recover must be a bool, got {recover!r}")
+    if not recover and max_restarts:
+        raise ValueError(f"recover=False means max_restarts=0, got max_restarts={max_restarts!r}")
+    if recover and max_restarts == 0:
+        raise ValueError("recover=True needs max_restarts >= 1 (or None: 3); use recover=False for none")
+    opts = {k: v for k, v in options.items() if v is not None or k == "n_workers"}
+    opts["max_restarts"] = (3 if max_restarts is None else max_restarts) if recover else 0
+    return opts
 
 
 def check_reset_seeds(seed: Any, n: int) -> list[int | None]:

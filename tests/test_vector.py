@@ -21,6 +21,7 @@ from gymnasium.vector.utils import batch_space
 
 import plan_parallel as pp
 from plan_parallel.factory import EnvFactory
+from tests.conftest_leaks import live_children
 from tests.envs import CounterEnv, DictObsEnv, FaultyEnv
 from tests.helpers import assert_tree_equal
 
@@ -400,20 +401,31 @@ def _collect(vec: Any, rounds: list[tuple[np.ndarray, list[int | None]]]) -> dic
     return got
 
 
+def cartpoles(limits: list[int | None]) -> list[EnvFactory]:
+    """env_fns of CartPole-v1 with these ``max_episode_steps`` (None: its own): one recipe group per distinct limit."""
+    return [EnvFactory("CartPole-v1", {} if m is None else {"max_episode_steps": m}) for m in limits]
+
+
 @pytest.mark.timeout(60)
 @INLINE_AND_W2
-def test_send_recv_matches_step(backend: str, w: int) -> None:
+@pytest.mark.parametrize("groups", [1, 2])
+def test_send_recv_matches_step(backend: str, w: int, groups: int) -> None:
+    """With 2 recipe groups (other max_episode_steps), a send is split by group, then by worker."""
     n = 5
     rng = np.random.default_rng(3)
     rounds = [(rng.integers(0, 2, n), [2, None]) for _ in range(30)]
-    ref = oracle("CartPole-v1", n, AutoresetMode.SAME_STEP)
+    fns = cartpoles([None, 9, None, 9, None])
+    env: Any = "CartPole-v1" if groups == 1 else fns
+    ref = oracle("CartPole-v1", n, AutoresetMode.SAME_STEP) if groups == 1 else SyncVectorEnv(
+        fns, autoreset_mode=AutoresetMode.SAME_STEP)
     ref.reset(seed=SEED)
     want: dict[int, list] = {}
     for acts, _ in rounds:
         obs, rew, term, trunc, infos = ref.step(acts)
         for i in range(n):
             want.setdefault(i, []).append((obs[i], rew[i], term[i], trunc[i], info_row(infos, i)))
-    with make("CartPole-v1", n, AutoresetMode.SAME_STEP, backend, w) as vec:
+    with make(env, n, AutoresetMode.SAME_STEP, backend, w) as vec:
+        assert len(vec.plan_envs) == groups
         vec.reset(seed=SEED)
         got = _collect(vec, rounds)
     assert sorted(got) == list(range(n))
@@ -448,6 +460,103 @@ def test_recv_returns_the_first_ready_sub_envs() -> None:
             vec.recv()
 
 
+# ---------------------------------------------------------------------------- recipe groups
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("mode", MODES, ids=[m.value for m in MODES])
+def test_heterogeneous_sub_envs_match_sync_on_process_workers(mode: AutoresetMode) -> None:
+    """env_fns of two envs (max_episode_steps 500 and 5): two recipe groups, each on its own workers,
+    equal to SyncVectorEnv over 50 steps crossing many episode ends."""
+    fns = cartpoles([None, 5, None, 5])
+    ref = SyncVectorEnv(fns, autoreset_mode=mode)
+    with make(fns, 4, mode, "process", 2) as vec:
+        assert len(vec.plan_envs) == 2 and vec.plan_env is vec.plan_envs[0]
+        assert [e.n_workers for e in vec.plan_envs] == [2, 2]
+        drive(vec, ref, 50)
+        assert all(e.stats["batches"] > 0 for e in vec.plan_envs)  # both groups stepped on their workers
+        assert "groups=2" in repr(vec)
+    ref.close()
+
+
+@pytest.mark.timeout(90)
+@INLINE_AND_W2
+def test_set_attr_gravity_makes_a_group_per_value(backend: str, w: int) -> None:
+    """gravity is outside CartPole's state: 2 distinct values, 2 recipe groups; steps equal SyncVectorEnv's."""
+    ref = oracle("CartPole-v1", 4, AutoresetMode.NEXT_STEP)
+    with make("CartPole-v1", 4, AutoresetMode.NEXT_STEP, backend, w) as vec:
+        same(vec.reset(seed=SEED), ref.reset(seed=SEED), "reset")
+        for v in (vec, ref):
+            v.step(np.array([0, 1, 1, 0]))
+            v.set_attr("gravity", [3.72, 1.62, 3.72, 1.62])
+        assert len(vec.plan_envs) == 2  # the default-gravity group had no sub-env left: closed
+        assert vec.get_attr("gravity") == (3.72, 1.62, 3.72, 1.62)
+        acts = np.array([1, 0, 0, 1])
+        same(vec.step(acts), ref.step(acts), "step from the states kept")
+        drive(vec, ref, 50)  # resets keep each sub-env's gravity
+    ref.close()
+
+
+@pytest.mark.timeout(90)
+def test_one_value_everywhere_leaves_one_group_and_closes_the_others() -> None:
+    with make("CartPole-v1", 4, AutoresetMode.NEXT_STEP, "process", 2) as vec:
+        vec.reset(seed=0)
+        first = vec.plan_env
+        vec.set_attr("gravity", [9.8, 3.72, 9.8, 3.72])  # 9.8 is CartPole's own: sub-envs 0 and 2 stay
+        assert len(vec.plan_envs) == 2 and vec.plan_envs[0] is first
+        other = vec.plan_envs[1]
+        other_pids = set(other.pids)
+        vec.set_attr("gravity", 9.8)
+        assert vec.plan_envs == (first,) and other.closed and not first.closed
+        assert not other_pids & {pid for pid, _ in live_children()}  # its workers are gone
+        vec.set_attr("gravity", 1.62)  # one new value on every sub-env: one new group, not four
+        assert len(vec.plan_envs) == 1 and first.closed
+        assert vec.get_attr("gravity") == (1.62,) * 4
+        vec.step(np.array([0, 1, 0, 1]))
+
+
+@pytest.mark.timeout(60)
+def test_set_attr_refuses_a_setting_that_changes_the_spaces() -> None:
+    """A setting outside the state whose env has other spaces is refused; no sub-env moved, the group made is closed."""
+    with make("CartPole-v1", 2, AutoresetMode.NEXT_STEP, "process", 2) as vec:
+        vec.reset(seed=0)
+        first, states = vec.plan_env, vec.get_states()
+        with pytest.raises(ValueError, match=r"changes its observation_space: expected Box.*\(no sub-env changed\)"):
+            vec.set_attr("observation_space", spaces.Box(-1.0, 1.0, (4,), np.float32), indices=[1])
+        assert vec.plan_envs == (first,) and vec.get_states() == states
+        vec.step(np.array([0, 1]))
+
+
+@pytest.mark.timeout(60)
+def test_env_error_in_one_group_changes_no_sub_env() -> None:
+    """The env's own error in one group's part raises from the step; no sub-env of any group changed."""
+    fault = {"fault": "raise", "phase": "step", "trigger_action": 2}
+    first = lambda: FaultyEnv(**fault)  # noqa: E731 - two spec-less callables: two recipe groups
+    second = lambda: FaultyEnv(**fault)  # noqa: E731
+    with make([first, second, first], 3, AutoresetMode.NEXT_STEP, "process", 1) as vec:
+        assert len(vec.plan_envs) == 2
+        vec.reset(seed=0)
+        states = vec.get_states()
+        with pytest.raises(ValueError, match="injected fault in step"):
+            vec.step(np.array([0, 2, 1]))
+        assert vec.get_states() == states
+        vec.step(np.array([0, 1, 1]))
+        assert vec.get_states() != states
+
+
+@pytest.mark.timeout(60)
+def test_step_wait_timeout_across_groups() -> None:
+    """A step of two groups is pending until both parts are done; a timeout leaves it pending."""
+    slow = lambda: SlowActionEnv(delay=1.0)  # noqa: E731 - two spec-less callables: two recipe groups
+    fast = lambda: SlowActionEnv(delay=0.0)  # noqa: E731
+    with make([slow, fast], 2, AutoresetMode.NEXT_STEP, "process", 1) as vec:
+        assert len(vec.plan_envs) == 2
+        vec.reset(seed=0)
+        vec.step_async(np.array([2, 2]))
+        with pytest.raises(TimeoutError):
+            vec.step_wait(timeout=0.05)
+        obs, *_ = vec.step_wait(timeout=30)
+        assert obs.shape == (2, 2)
+
+
 # ---------------------------------------------------------------------------- attributes
 @pytest.mark.timeout(60)
 @INLINE_AND_W2
@@ -465,11 +574,15 @@ def test_call_get_attr_set_attr(backend: str, w: int) -> None:
         vec.set_attr("pos", [np.array([0.25, -0.5], dtype=np.float32)], indices=[1])
         ref.envs[1].unwrapped.pos = np.array([0.25, -0.5], dtype=np.float32)
         same(vec.step(acts), ref.step(acts), "after set_attr")
-        # A setting outside the state would reach only this process: refused, nothing changed.
+        # A setting outside the state: those sub-envs move, with their states, to a recipe group that has it.
         before = vec.get_states()
-        with pytest.raises(ValueError, match="not part of the env's state"):
-            vec.set_attr("horizon", 3)
-        assert vec.get_states() == before and vec.get_attr("horizon") == (8, 8, 8)
+        vec.set_attr("horizon", 3, indices=[0, 2])
+        for i in (0, 2):
+            ref.envs[i].set_wrapper_attr("horizon", 3)
+        assert vec.get_states() == before and vec.get_attr("horizon") == (3, 8, 3)
+        assert len(vec.plan_envs) == 2
+        for t in range(4):  # sub-envs 0 and 2 end at count 3 and autoreset
+            same(vec.step(acts), ref.step(acts), f"after set_attr(horizon) {t}")
         with pytest.raises(ValueError, match="length equal"):
             vec.set_attr("pos", [1, 2])
         with pytest.raises(AttributeError):
@@ -518,6 +631,8 @@ def test_bad_input_is_refused_before_anything_is_sent() -> None:
         pp.make_vec("CartPole-v1", 0, backend="inline")
     with pytest.raises(ValueError, match="autoreset_mode"):
         pp.make_vec("CartPole-v1", 2, backend="inline", autoreset_mode="sometimes")
+    with pytest.raises(ValueError, match=r"observation_mode.*'same' or 'different'.*got 'mixed'"):
+        pp.make_vec("CartPole-v1", 2, backend="process", observation_mode="mixed")
 
 
 @pytest.mark.timeout(30)

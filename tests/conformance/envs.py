@@ -39,13 +39,14 @@ class FinalObsEnv(gym.Env):
 
 
 class SpaceSampleEnv(gym.Env):
-    """Observations and actions of a given space; each observation is sampled from an RNG seeded by the env's."""
+    """Observations of a given space, sampled from an RNG seeded by the env's; actions of that space too, or of
+    ``action_space`` (upstream's GenericTestEnv(observation_space=...) keeps its default action space)."""
 
     metadata: dict[str, Any] = {"render_modes": []}
 
-    def __init__(self, space: spaces.Space) -> None:
+    def __init__(self, space: spaces.Space, action_space: spaces.Space | None = None) -> None:
         self.observation_space = space
-        self.action_space = space
+        self.action_space = space if action_space is None else action_space
         self.t = 0
 
     def _obs(self) -> Any:

@@ -15,13 +15,19 @@ Not applicable:
   gymnasium's own helper; make_vec's infos are compared with SyncVectorEnv's in
   test_vector_env.py::test_vector_return_info and every equality test.
 - tests/vector/utils/*: gymnasium's space and shared-memory utilities, not a vector env.
-- test_observation_mode.py::test_invalid_observation_mode and the rest of its
-  ``observation_mode="different"`` / tuple-of-spaces tests: make_vec has no
-  ``observation_mode``; the mode itself is xfailed in test_observation_mode_different.
+- test_observation_mode.py's tuple-of-spaces ``observation_mode`` (a custom batched
+  space): make_vec takes ``"same"`` and ``"different"`` only (ported below) and
+  refuses a tuple with gymnasium's ValueError (test_invalid_observation_mode).
 - test_sync_vector_env_seed, test_sync_vector_determinism: they check that the
   batched action space inherits the RNG of the sub-envs' seeded action spaces,
   a SyncVectorEnv construction detail; make_vec builds its spaces from the
   planning env (left as a known difference, see the report of issue 14).
+
+No xfail is left here. Sub-envs that differ beyond their spaces
+(test_heterogeneous_sub_envs), a setting outside the state set per sub-env
+(test_set_attr: ``gravity``) and ``observation_mode="different"``
+(test_observation_mode_different) run on one planning env per distinct recipe
+(plan_parallel.vector_groups); the tests next to each check the groups made.
 """
 from __future__ import annotations
 
@@ -36,6 +42,7 @@ from gymnasium import spaces
 from gymnasium.error import AlreadyPendingCallError, ClosedEnvironmentError, NoAsyncCallError
 from gymnasium.utils.env_checker import data_equivalence
 from gymnasium.vector import AutoresetMode, SyncVectorEnv, VectorWrapper
+from gymnasium.vector.utils import batch_differing_spaces
 
 import plan_parallel as pp
 from tests.conformance.envs import SlowStepEnv, SpaceSampleEnv
@@ -143,13 +150,26 @@ def test_call_render_list_counts_frames_per_sub_env(make_pp: Any) -> None:
     ref.close()
 
 
-@pytest.mark.xfail(strict=True, reason="gravity is not part of CartPole's state: a per-sub-env setting outside the "
-                   "state needs the core (state/, workers/) to carry it to the workers, so set_attr refuses it")
 def test_set_attr(make_pp: Any) -> None:
     """Follows gymnasium tests/vector/test_sync_vector_env.py::test_set_attr_sync_vector_env (and its async twin)."""
     envs = make_pp([seeded("CartPole-v1", i) for i in range(4)])
     envs.set_attr("gravity", [9.81, 3.72, 8.87, 1.62])
     assert envs.get_attr("gravity") == (9.81, 3.72, 8.87, 1.62)
+
+
+def test_set_attr_outside_the_state_steps_as_sync(make_pp: Any) -> None:
+    """Not upstream: test_set_attr, then stepping. ``gravity`` is outside CartPole's state: each distinct value is
+    a recipe group of its own (its own planning env), and the sub-envs step as SyncVectorEnv's."""
+    fns = [seeded("CartPole-v1", i) for i in range(4)]
+    envs, ref = make_pp(fns), SyncVectorEnv(fns)
+    for v in (envs, ref):
+        v.set_attr("gravity", [9.81, 3.72, 9.81, 1.62])
+    assert len(envs.plan_envs) == 3
+    assert data_equivalence(envs.reset(), ref.reset())  # each continues the RNG its thunk seeded
+    for t in range(12):
+        actions = np.array([t % 2, 1, 0, t // 3 % 2])
+        assert data_equivalence(envs.step(actions), ref.step(actions)), t
+    ref.close()
 
 
 def test_set_attr_in_state_and_new(make_pp: Any) -> None:
@@ -186,16 +206,16 @@ def test_same_spaces_other_env(make_pp: Any) -> None:
     """Follows gymnasium tests/vector/test_sync_vector_env.py::test_check_spaces_sync_vector_env: equal spaces, other envs.
 
     SyncVectorEnv accepts sub-envs that differ in anything but their spaces; make_vec
-    refuses them with NotImplementedError (see test_heterogeneous_sub_envs).
+    gives each distinct env a recipe group (a planning env) of its own, and distinct
+    callables building the same env share one.
     """
-    fns = [seeded("CartPole-v1", 0), lambda: gym.make("CartPole-v1", max_episode_steps=5)]
-    assert SyncVectorEnv(fns).num_envs == 2
-    with pytest.raises(NotImplementedError, match="one env recipe"):
-        make_pp(fns)
+    fns = [seeded("CartPole-v1", 0), lambda: gym.make("CartPole-v1", max_episode_steps=5), seeded("CartPole-v1", 2)]
+    assert SyncVectorEnv(fns).num_envs == 3
+    envs = make_pp(fns)
+    assert len(envs.plan_envs) == 2
+    assert envs.plan_env is envs.plan_envs[0]
 
 
-@pytest.mark.xfail(strict=True, reason="sub-envs that differ beyond their spaces (here max_episode_steps) need the "
-                   "core: the planning workers build and step every sub-env from one env recipe")
 def test_heterogeneous_sub_envs(make_pp: Any) -> None:
     """Follows gymnasium tests/vector/test_sync_vector_env.py::test_check_spaces_sync_vector_env (sub-envs that agree)."""
     fns = [lambda: gym.make("CartPole-v1"), lambda: gym.make("CartPole-v1", max_episode_steps=5)]
@@ -213,14 +233,46 @@ def test_obs_mode_same_different_spaces(make_pp: Any) -> None:
         make_pp(fns)
 
 
-@pytest.mark.xfail(strict=True, reason="observation_mode='different' (sub-envs whose spaces differ) needs the core: "
-                   "the planning workers step every sub-env from one env recipe, so make_vec has no observation_mode")
+def test_invalid_observation_mode(make_pp: Any) -> None:
+    """Follows gymnasium tests/vector/test_observation_mode.py::TestVectorEnvObservationModes::
+    test_invalid_observation_mode (and refuses the tuple-of-spaces mode make_vec does not take)."""
+    fns = [lambda: SpaceSampleEnv(spaces.Box(low=0, high=1, shape=(5,)), ACTIONS) for _ in range(3)]
+    for mode in ("invalid", (spaces.Box(0, 1, (3, 5)), spaces.Box(0, 1, (5,)))):
+        with pytest.raises(ValueError, match=re.escape("Invalid `observation_mode`, expected: 'same' or 'different'")):
+            make_pp(fns, observation_mode=mode)
+
+
+ACTIONS = spaces.Discrete(2)  # upstream's GenericTestEnv keeps one action space whatever its observation space
+
+
 def test_observation_mode_different(make_pp: Any) -> None:
-    """Follows gymnasium tests/vector/test_observation_mode.py::TestVectorEnvObservationModes (observation_mode='different')."""
-    fns = [lambda i=i: SpaceSampleEnv(spaces.Box(low=0, high=i, shape=(2,))) for i in range(1, 4)]
+    """Follows gymnasium tests/vector/test_observation_mode.py::TestVectorEnvObservationModes::
+    test_obs_mode_different_different_spaces ("different"), compared with SyncVectorEnv over steps."""
+    boxes = [spaces.Box(low=0, high=i, shape=(5,)) for i in range(1, 4)]
+    fns = [lambda box=box: SpaceSampleEnv(box, ACTIONS) for box in boxes]
     envs, ref = make_pp(fns, observation_mode="different"), SyncVectorEnv(fns, observation_mode="different")
-    assert envs.observation_space == ref.observation_space
+    assert envs.observation_space == batch_differing_spaces(boxes) == ref.observation_space
+    assert envs.single_observation_space == boxes[0]
     assert data_equivalence(envs.reset(seed=0), ref.reset(seed=0))
+    for _ in range(7):  # across the truncation at step 5
+        actions = envs.action_space.sample()
+        assert data_equivalence(envs.step(actions), ref.step(actions))
+    ref.close()
+
+
+@pytest.mark.parametrize("mode", ["same", "different"])
+def test_observation_mode_spaces_that_cannot_be_batched(make_pp: Any, mode: str) -> None:
+    """Follows gymnasium tests/vector/test_observation_mode.py::TestVectorEnvObservationModes::
+    test_obs_mode_different_different_shapes and test_mixed_observation_spaces: SyncVectorEnv's errors."""
+    for obs_spaces in ([spaces.Box(low=0, high=1, shape=(i + 1,)) for i in range(3)],
+                       [spaces.Box(0, 1, (3,)), spaces.Discrete(5), spaces.Dict({"a": spaces.Discrete(2)})]):
+        fns = [lambda s=s: SpaceSampleEnv(s, ACTIONS) for s in obs_spaces]
+        with pytest.raises((RuntimeError, ValueError, TypeError)) as want:
+            SyncVectorEnv(fns, observation_mode=mode)
+        # batch_differing_spaces' own message; a RuntimeError names make_vec instead of SyncVectorEnv
+        message = str(want.value).split(" however ")[-1]
+        with pytest.raises(type(want.value), match=re.escape(message[:60])):
+            make_pp(fns, observation_mode=mode)
 
 
 def test_step_out_of_order(make_pp: Any) -> None:
@@ -316,14 +368,15 @@ def test_wrapper_inheritance(make_pp: Any) -> None:
 
 
 def test_wrapper_attributes(make_pp: Any) -> None:
-    """Follows gymnasium tests/vector/test_vector_wrapper.py::test_vector_env_wrapper_attributes, without set_attr("gravity").
-
-    Setting ``gravity`` is test_set_attr's xfail; here ``force_mag`` is read
-    through the wrapper and a state attribute is set through it.
-    """
+    """Follows gymnasium tests/vector/test_vector_wrapper.py::test_vector_env_wrapper_attributes (``gravity``), and
+    sets a state attribute through the wrapper too."""
     envs = make_pp("CartPole-v1", 3)
     wrapped = CountingWrapper(make_pp("CartPole-v1", 3))
     assert np.allclose(wrapped.env.call("gravity"), envs.call("gravity"))
+    envs.set_attr("gravity", [20.0, 20.0, 20.0])
+    wrapped.env.set_attr("gravity", [20.0, 20.0, 20.0])  # gymnasium 1.4's VectorWrapper forwards no set_attr
+    assert np.allclose(wrapped.env.get_attr("gravity"), envs.get_attr("gravity"))
+    assert len(envs.plan_envs) == 1  # one value on every sub-env: one recipe group
     envs.reset(seed=1)
     wrapped.reset(seed=1)
     envs.set_attr("state", [np.zeros(4)] * 3)
@@ -365,16 +418,20 @@ class Scaled(gym.Env):
         self.x = x
 
 
-def test_env_fns_without_a_spec_must_be_one_callable(make_pp: Any) -> None:
-    """Not upstream: SyncVectorEnv steps each callable's env; the planning workers step one recipe for all.
+def test_env_fns_without_a_spec_are_a_recipe_each(make_pp: Any) -> None:
+    """Not upstream: SyncVectorEnv steps each callable's env; make_vec steps each distinct recipe on its own planning env.
 
     Distinct callables building spec-less envs could differ in their constructor
-    arguments (here: scale 1 and 100), unseen: refused rather than stepped as the first.
+    arguments (here: scale 1 and 100), unseen: each is a recipe group of its own,
+    and the same callable twice is one.
     """
-    with pytest.raises(NotImplementedError, match=r"env_fns\[1\] is another callable .* has no spec"):
-        make_pp([lambda: Scaled(1.0), lambda: Scaled(100.0)])
+    envs = make_pp([lambda: Scaled(1.0), lambda: Scaled(100.0)])
+    assert len(envs.plan_envs) == 2
+    envs.reset(seed=0)
+    assert envs.step(np.array([1, 1]))[0].tolist() == [[1.0], [100.0]]
     one = lambda: Scaled(1.0)  # noqa: E731 - the same callable twice is one recipe
     envs = make_pp([one, one])
+    assert len(envs.plan_envs) == 1
     envs.reset(seed=0)
     obs = envs.step(np.array([1, 1]))[0]
     assert obs.tolist() == [[1.0], [1.0]]
