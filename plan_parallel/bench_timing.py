@@ -16,9 +16,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["Timing", "measure", "process_cpu_seconds"]
+__all__ = ["WARMUP_CALLS", "Timing", "measure", "process_cpu_seconds"]
 
 SAMPLE_SECONDS = 0.02  # a sample repeats its call until it lasts about this long
+WARMUP_CALLS = 8  # untimed calls of each function before the samples (2 per place the tuner measures, and 2)
 
 
 @dataclass(frozen=True)
@@ -52,7 +53,7 @@ def _calls_per_sample(fn: Callable[[], Any]) -> int:
 
 
 def measure(fns: dict[str, Callable[[], Any]], repeats: int,
-            pids: dict[str, Callable[[], Sequence[int | None]]] | None = None) -> dict[str, Timing]:
+            pids: dict[str, Callable[[], Sequence[int | None]]] | None = None, warmup: int = WARMUP_CALLS) -> dict[str, Timing]:
     """Median wall and caller CPU per call of each function over ``repeats`` alternating samples.
 
     Args:
@@ -60,8 +61,13 @@ def measure(fns: dict[str, Callable[[], Any]], repeats: int,
         repeats: samples per function; the functions take turns.
         pids: name -> the worker pids whose CPU that function's calls use
             (their total over every sample, per call: /proc counts in ticks).
+        warmup: untimed calls of each function first (a parallel env's tuner
+            measures where its batches run fastest during its first calls).
     """
     pids = pids or {}
+    for f in fns.values():
+        for _ in range(warmup):
+            f()
     per_sample = {k: _calls_per_sample(f) for k, f in fns.items()}  # also the warm-up
     walls: dict[str, list[float]] = {k: [] for k in fns}
     cpus: dict[str, list[float]] = {k: [] for k in fns}

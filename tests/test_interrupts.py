@@ -211,7 +211,7 @@ def interruption_table(kind: str, kill_first: bool, oracle: pp.PlanEnv, starts: 
     seen = []
     kills = 0
     with BatchEnv(EnvFactory(CounterEnv, {"horizon": 1000}), n_workers=2, max_restarts=1000,
-                  tuner=Tuner(2, where)) as env:
+                  tuner=Tuner(2, where, cores=3)) as env:  # a shared batch on both workers too
         env.reset(seed=0)
         counter = Interrupt()
         counter.run(Case(kind, env, oracle, starts, rng))

@@ -1,6 +1,6 @@
 """Shared batches: the workers take chunks from the front, the waiting caller runs chunks from the back.
 
-Forced with ``Tuner(w, "share")``: with w workers a batch of 2w + 1 items or more
+Forced with ``Tuner(w, "share", cores=w + 1)``: with w workers a batch of 2w + 1 items or more
 leaves its last chunk to the calling process (the workers hold 2 queued each).
 Whatever ran where, the result equals the inline backend's, errors read alike,
 and a worker dying mid-batch loses nothing. (Interruptions and threads: the
@@ -25,8 +25,9 @@ from tests.helpers import assert_batches_equal
 pytestmark = pytest.mark.usefixtures("no_leaks_module")
 
 
-def shared(env: Any, w: int, **kwargs: Any) -> BatchEnv:
-    return BatchEnv(EnvFactory(env, kwargs), n_workers=w, tuner=Tuner(w, "share"))
+def shared(env: Any, w: int, cores: int | None = None, **kwargs: Any) -> BatchEnv:
+    """Every batch shared, on all ``w`` workers (as with ``w + 1`` cores) unless ``cores`` says otherwise."""
+    return BatchEnv(EnvFactory(env, kwargs), n_workers=w, tuner=Tuner(w, "share", cores=cores or w + 1))
 
 
 @pytest.fixture(scope="module")
@@ -110,6 +111,20 @@ def test_a_worker_dying_in_a_shared_batch_is_replaced_and_its_chunk_replayed(tmp
         env.reset(seed=0)
         assert_batches_equal(env.step_batch(actions, [s] * 7), ref.step_batch(actions, [s] * 7))
         assert (tmp_path / "fired").exists() and env.stats["restarts"] == 1
+        assert env.stats["shared_items"] > 0
+
+
+@pytest.mark.timeout(120)
+def test_with_as_many_cores_as_workers_a_shared_batch_leaves_one_worker_out(oracle: pp.PlanEnv,
+                                                                           starts: list) -> None:
+    """2 workers on 2 cores: the caller and worker 0 run shared batches; worker 1 stays idle."""
+    states = [starts[i % len(starts)] for i in range(9)]
+    actions = np.arange(9) % 3
+    with shared(CounterEnv, 2, cores=2, horizon=50) as env:
+        env.reset(seed=1)
+        for _ in range(3):
+            assert_batches_equal(env.step_batch(actions, states), oracle.step_batch(actions, states))
+        assert env.stats["busy_seconds"][1] == 0.0 and env.stats["busy_seconds"][0] > 0
         assert env.stats["shared_items"] > 0
 
 

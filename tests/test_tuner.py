@@ -4,14 +4,14 @@ from __future__ import annotations
 import pytest
 
 from plan_parallel.batch import Tuner
-from plan_parallel.batch.tuner import EXPLORE_EVERY, PLACES
+from plan_parallel.batch.tuner import EXPLORE_EVERY, FIRST_SAMPLES, PLACES
 
 SIZE = Tuner.size_class("step_batch", 8)
 
 
-def test_each_place_is_measured_once_in_order_then_the_fastest_wins() -> None:
+def test_each_place_is_measured_twice_in_turns_then_the_fastest_wins() -> None:
     t = Tuner(2)
-    for place in PLACES:
+    for place in PLACES * FIRST_SAMPLES:
         assert t.place(SIZE) == place
         t.learn(SIZE, place, {"workers": 3e-6, "here": 1e-6, "share": 1.5e-6}[place])
     ways = [t.place(SIZE) for _ in range(4 * EXPLORE_EVERY)]
@@ -22,18 +22,42 @@ def test_each_place_is_measured_once_in_order_then_the_fastest_wins() -> None:
 def test_a_noisy_first_figure_does_not_keep_batches_away_for_good() -> None:
     """After the workers were measured absurdly slow once, they are tried again and their figure recovers."""
     t = Tuner(2)
-    t.learn(SIZE, "workers", 2e-6)
-    t.learn(SIZE, "here", 1e-6)
-    t.learn(SIZE, "share", 1.5e-6)
+    for _ in range(FIRST_SAMPLES):
+        t.learn(SIZE, "here", 1e-6)
+        t.learn(SIZE, "share", 1.5e-6)
     for _ in range(3):  # past the first figures, which keep their best
         t.learn(SIZE, "workers", 2e-6)
     t.learn(SIZE, "workers", 1.0)  # the machine was swamped during that call
     tried = 0
-    for _ in range(200 * EXPLORE_EVERY):
+    for _ in range(400 * EXPLORE_EVERY):
         if t.place(SIZE) == "workers":
             tried += 1
             t.learn(SIZE, "workers", 0.5e-6)
     assert tried >= 1 and t.speed[(*SIZE, "workers")] < 1e-5
+
+
+def test_a_slower_place_is_re_measured_less_often_in_proportion() -> None:
+    """Re-measuring costs about one batch in EXPLORE_EVERY whatever the slowdown (up to MAX_EXPLORE_FACTOR)."""
+    t = Tuner(2)
+    for place, seconds in (("workers", 6e-6), ("here", 1e-6), ("share", 2e-6)) * FIRST_SAMPLES:
+        assert t.place(SIZE) == place
+        t.learn(SIZE, place, seconds)
+    n = 96 * EXPLORE_EVERY
+    ways = [t.place(SIZE) for _ in range(n)]
+    assert ways.count("share") == pytest.approx(n / (2 * EXPLORE_EVERY), abs=2)
+    assert ways.count("workers") == pytest.approx(n / (6 * EXPLORE_EVERY), abs=2)
+
+
+def test_a_batch_that_cannot_be_shared_is_measured_and_placed_among_the_others() -> None:
+    t = Tuner(2)
+    assert [t.place(SIZE, can_share=False) for _ in range(4)] == ["workers"] * 4, "nothing measured yet"
+    t.learn(SIZE, "workers", 2e-6)
+    assert t.place(SIZE, can_share=False) == "here"
+    t.learn(SIZE, "here", 1e-6)
+    t.learn(SIZE, "workers", 2e-6)
+    t.learn(SIZE, "here", 1e-6)
+    assert t.place(SIZE, can_share=False) == "here" and t.place(SIZE) == "share", "share is still unmeasured"
+    assert Tuner(2, "share").place(SIZE, can_share=False) == "workers"
 
 
 @pytest.mark.parametrize("mode", PLACES)
@@ -53,11 +77,17 @@ def test_chunks_one_per_worker_until_step_times_are_known_then_up_to_three() -> 
 
 
 def test_a_shared_batch_counts_the_calling_process_as_one_more_worker_and_leaves_it_chunks() -> None:
-    t = Tuner(2)
+    t = Tuner(2, cores=3)
     assert t.n_chunks(64, 64, share=True) == 5, "one more chunk than the 2 x 2 the workers hold queued"
     assert t.n_chunks(3, 3, share=True) == 3
     t.learn_step(1e-4)  # 64 steps of 0.1 ms on 3: 2.1 ms each
     assert t.n_chunks(64, 64, share=True) == 6
+
+
+def test_a_shared_batch_leaves_the_calling_process_a_core() -> None:
+    assert Tuner(2, cores=2).share_workers == 1 and Tuner(4, cores=2).share_workers == 1
+    assert Tuner(2, cores=8).share_workers == 2 and Tuner(1, cores=1).share_workers == 1
+    assert Tuner(2, cores=2).n_chunks(64, 64, share=True) == 3, "one more than the one worker's 2 queued"
 
 
 def test_work_smaller_than_a_message_is_not_split() -> None:

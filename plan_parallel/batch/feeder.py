@@ -45,21 +45,26 @@ class Feeder:
         self.waiting.append(fut)
         return True
 
-    def next_batch(self) -> BatchFuture | None:
-        """The oldest batch that still has a chunk to send (settled ones are skipped)."""
+    def next_batch(self, worker: int) -> BatchFuture | None:
+        """The oldest batch that still has a chunk to send to worker ``worker`` (settled ones are skipped).
+
+        A batch goes to its first ``max_workers`` workers only (a shared batch leaves a core to this process).
+        """
         while self.waiting and (not self.waiting[0].pending or self.waiting[0].settled):
             self.waiting.popleft()
-        return self.waiting[0] if self.waiting else None
+        for fut in self.waiting:
+            if fut.pending and not fut.settled and worker < fut.max_workers:
+                return fut
+        return None
 
     def fill(self, slots: list[Slot], next_id: Callable[[], int]) -> None:
         """Queue unsent chunks, oldest batch first, round-robin, up to QUEUED_PER_WORKER per live worker."""
         for _ in range(QUEUED_PER_WORKER):
-            for slot in slots:
+            for i, slot in enumerate(slots):
                 if slot.state in (SlotState.READY, SlotState.STARTING) and len(slot.queue) < QUEUED_PER_WORKER:
-                    fut = self.next_batch()
-                    if fut is None:
-                        return
-                    self.feed(slot, fut, next_id)
+                    fut = self.next_batch(i)
+                    if fut is not None:
+                        self.feed(slot, fut, next_id)
 
     def feed(self, slot: Slot, fut: BatchFuture, next_id: Callable[[], int]) -> None:
         """Send ``fut``'s next chunk to ``slot`` (after a set_state to the batch's start, if it needs one)."""

@@ -35,6 +35,7 @@ class BatchFuture:
         self.started = 0.0
         self.size_class: tuple[str, int] | None = None
         self.place = "workers"  # where the tuner sent it (see Tuner.place)
+        self.max_workers = 1 << 30  # its chunks go to the first max_workers workers only
         self.on_done: Any = None  # called with the future once every part is answered
         # A batch shared with the calling process: what result() runs before waiting (it takes
         # chunks from the back of ``pending``), the chunks running here, done here, and their env steps.

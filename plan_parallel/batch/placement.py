@@ -100,9 +100,7 @@ class Placement:
         size_class = Tuner.size_class(job.op.value, steps)
         self.stats["batches"] += 1
         self.stats["items"] += job.n
-        place = self.tuner.place(size_class)
-        if place == "share" and not waited_in_full:
-            place = "workers"
+        place = self.tuner.place(size_class, can_share=waited_in_full)
         if place == "here":
             with self.lock:  # threads take turns on the one local env
                 local = self.local()  # built outside the timing: its cost is not a step's
@@ -111,12 +109,15 @@ class Placement:
                 self.tuner.learn(size_class, "here", (time.perf_counter() - t0) / max(1, steps))
             self.stats["inline_batches"] += 1
             return BatchFuture.completed(job.n, value)
+        if place == "share":
+            self.local()  # built before the clock starts: its cost is not a step's
         fut = BatchFuture(self.pool, job.n, job, job.gatherer(self.observation_space))
         fut.size_class = size_class
         fut.place = place
         fut.started = time.perf_counter()
         fut.on_done = self.account
         if place == "share":
+            fut.max_workers = self.tuner.share_workers
             fut.helper = self.help_with
             self.stats["shared_batches"] += 1
         self.pool.submit(fut, self.tuner.n_chunks(job.n, steps, share=place == "share"))

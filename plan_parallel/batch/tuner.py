@@ -5,15 +5,26 @@ runs, waits or times anything itself, so it is tested without processes.
 """
 from __future__ import annotations
 
+import os
+
 from plan_parallel.batch.feeder import QUEUED_PER_WORKER
 
-__all__ = ["CHUNK_SECONDS", "EXPLORE_EVERY", "MIN_CHUNK_SECONDS", "PLACES", "Tuner"]
+__all__ = ["CHUNK_SECONDS", "EXPLORE_EVERY", "MAX_EXPLORE_FACTOR", "MIN_CHUNK_SECONDS", "PLACES", "Tuner", "usable_cores"]
 
-EXPLORE_EVERY = 32  # batches of a size class run the faster way in a row before one re-measures the other
+EXPLORE_EVERY = 32  # a place as fast as the fastest is re-measured after this many batches of its size class
+MAX_EXPLORE_FACTOR = 8  # and a slower one after at most this many times as many
+FIRST_SAMPLES = 2  # each place is measured this many times before the fastest is chosen (the best one counts)
 CHUNK_SECONDS = 1e-3  # below this, a chunk's fixed cost is a large share of its time
 MIN_CHUNK_SECONDS = 100e-6  # env time worth a message of its own (a chunk's fixed cost is ~40 us here)
 PLACES = ("workers", "here", "share")  # share: the workers take chunks from the front, this process from the back
 MODES = ("auto", *PLACES)
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its CPU affinity where the OS has one)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
 
 
 class Tuner:
@@ -21,6 +32,7 @@ class Tuner:
 
     Args:
         n_workers: the pool's worker count.
+        cores: the cores this process may run on (default: its CPU affinity, or the CPU count).
         mode: ``"auto"`` (measure each place per op and size class, take the
             fastest), or one of :data:`PLACES` for every batch: ``"workers"``,
             ``"here"`` (in the calling process; for tests and debugging) or
@@ -31,19 +43,22 @@ class Tuner:
         ValueError: unknown mode, or n_workers < 1.
     """
 
-    def __init__(self, n_workers: int, mode: str = "auto") -> None:
+    def __init__(self, n_workers: int, mode: str = "auto", cores: int | None = None) -> None:
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
         if n_workers < 1:
             raise ValueError(f"n_workers must be >= 1, got {n_workers!r}")
         self.n_workers = n_workers
         self.mode = mode
-        # Measured seconds per env step, per (op, size class, place), how many batches
-        # of a class ran the fastest way in a row, and which other place is re-measured next.
+        # A shared batch runs on the calling process and at most this many workers: one
+        # process per core (on 2 cores, the caller and 1 worker ran Pong 1.41x inline, the
+        # caller and 2 workers 1.20x: a third busy process only takes turns on the cores).
+        self.share_workers = max(1, min(n_workers, (cores or usable_cores()) - 1))
+        # Measured seconds per env step, per (op, size class, place), and how many
+        # batches of a class ran elsewhere since each place was last tried.
         self.speed: dict[tuple[str, int, str], float] = {}
         self.samples: dict[tuple[str, int, str], int] = {}
-        self.streak: dict[tuple[str, int], int] = {}
-        self.turn: dict[tuple[str, int], int] = {}
+        self.waited: dict[tuple[str, int, str], int] = {}  # batches since the place was last tried
         self.step_seconds: float | None = None  # a worker's seconds per env step (EMA)
 
     @staticmethod
@@ -51,29 +66,39 @@ class Tuner:
         """Batches are compared per op and per power of two of their env-step count."""
         return op, steps.bit_length()
 
-    def place(self, size_class: tuple[str, int]) -> str:
-        """Where a batch of this size class runs: one of :data:`PLACES`.
+    def place(self, size_class: tuple[str, int], can_share: bool = True) -> str:
+        """Where a batch of this size class runs: one of :data:`PLACES` (not ``"share"`` unless ``can_share``).
 
-        In ``"auto"`` mode each place is measured once, in the order of
-        :data:`PLACES`; then the fastest wins, with one batch in
-        :data:`EXPLORE_EVERY` (in ``4 * EXPLORE_EVERY`` when the runner-up is
-        over twice as slow) sent to another place, in turns, so that every
-        figure stays current.
+        In ``"auto"`` mode each place is measured :data:`FIRST_SAMPLES` times,
+        in turns in the order of :data:`PLACES`; then the fastest wins, and
+        every other place is tried again after ``EXPLORE_EVERY * (its time / the
+        fastest's)`` batches (at most ``MAX_EXPLORE_FACTOR * EXPLORE_EVERY``):
+        each figure stays current, and re-measuring a slow place costs about one
+        batch in EXPLORE_EVERY. A forced ``"share"`` mode gives ``"workers"``
+        where it cannot share.
         """
+        places = PLACES if can_share else tuple(p for p in PLACES if p != "share")
         if self.mode != "auto":
-            return self.mode
-        for p in PLACES:
-            if (*size_class, p) not in self.speed:
-                return p
-        speed = {p: self.speed[(*size_class, p)] for p in PLACES}
-        ranked = sorted(PLACES, key=speed.__getitem__)
-        every = EXPLORE_EVERY if speed[ranked[1]] < 2 * speed[ranked[0]] else 4 * EXPLORE_EVERY
-        k = self.streak.get(size_class, 0) + 1
-        self.streak[size_class] = k % every
-        if k < every:
-            return ranked[0]
-        turn = self.turn[size_class] = (self.turn.get(size_class, 0) + 1) % (len(PLACES) - 1)
-        return ranked[1 + turn]
+            return self.mode if self.mode in places else "workers"
+        for k in range(1, FIRST_SAMPLES + 1):
+            for p in places:
+                if self.samples.get((*size_class, p), 0) < k:
+                    return p
+        speed = {p: self.speed[(*size_class, p)] for p in places}
+        best = min(places, key=speed.__getitem__)
+        due: list[tuple[float, str]] = []
+        for p in places:
+            if p == best:
+                continue
+            waited = self.waited[(*size_class, p)] = self.waited.get((*size_class, p), 0) + 1
+            every = EXPLORE_EVERY * min(MAX_EXPLORE_FACTOR, speed[p] / max(speed[best], 1e-12))
+            if waited >= every:
+                due.append((waited / every, p))
+        if not due:
+            return best
+        p = max(due)[1]
+        self.waited[(*size_class, p)] = 0
+        return p
 
     def learn(self, size_class: tuple[str, int], place: str, seconds_per_step: float) -> None:
         """Record a batch's wall time per env step at ``place`` (one of :data:`PLACES`).
@@ -104,13 +129,14 @@ class Tuner:
         slowed by a noisy neighbour from holding the whole batch back; a chunk
         with less work than a message costs is better not split off.
 
-        With ``share`` the calling process counts as one more worker, and there
-        is at least one chunk more than the workers hold queued at once (the
-        calling process takes chunks the workers have not taken).
+        With ``share`` the batch runs on :attr:`share_workers` workers and the
+        calling process, and there is at least one chunk more than those workers
+        hold queued at once (the calling process takes chunks they have not taken).
         """
         if not share:
             return self._n_chunks(n, steps, self.n_workers)
-        return max(self._n_chunks(n, steps, self.n_workers + 1), min(n, QUEUED_PER_WORKER * self.n_workers + 1))
+        w = self.share_workers
+        return max(self._n_chunks(n, steps, w + 1), min(n, QUEUED_PER_WORKER * w + 1))
 
     def _n_chunks(self, n: int, steps: int, w: int) -> int:
         if self.step_seconds is None:
