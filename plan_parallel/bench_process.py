@@ -79,6 +79,14 @@ def _async_vector_reference(env_id: str, kw: dict, w: int, steps: int) -> float:
         venv.close()
 
 
+def _placed(before: dict, after: dict) -> str:
+    """Where the process env ran its batches between two snapshots of its stats: ``here/shared`` in %."""
+    n = max(1, after["batches"] - before["batches"])
+    here = 100 * (after["inline_batches"] - before["inline_batches"]) / n
+    shared = 100 * (after["shared_batches"] - before["shared_batches"]) / n
+    return f"{here:.0f}/{shared:.0f}"
+
+
 def bench_process(repeats: int, quick: bool, workers: int) -> list[str]:
     """Per workload: the raw loop, inline, the process backend (default options) and the process
     backend with every batch on the workers; items/s, ratios, and the CPU per item of the caller and
@@ -93,7 +101,8 @@ def bench_process(repeats: int, quick: bool, workers: int) -> list[str]:
         f"items/s: medians of {repeats} alternating samples; cpu: microseconds per item, caller (c) and workers (w)",
         f"parallel ceiling now: {workers} busy processes run {parallel_ceiling(workers):.2f}x one",
         f"{'workload':<15} {'B':>4} {'dt':>2} {'raw/s':>8} {'inline/s':>8} {'process/s':>9} {'workers/s':>9} "
-        f"{'inl/raw':>7} {'proc/raw':>8} {'proc/inl':>8} {'wrk/inl':>7}  {'proc c/w us':>12}  {'wrk c/w us':>12}",
+        f"{'inl/raw':>7} {'proc/raw':>8} {'proc/inl':>8} {'wrk/inl':>7}  {'proc c/w us':>12}  {'wrk c/w us':>12}"
+        "  process batches here/shared % (warm-up included)",
     ]
     fixed = []
     for label, env_id, kw in CASES:
@@ -107,6 +116,7 @@ def bench_process(repeats: int, quick: bool, workers: int) -> list[str]:
             for b in sizes:
                 for dt in dts:
                     st, ac = states[:b], actions[:b]
+                    before = dict(proc.stats)
                     t = measure(
                         {"raw": lambda: raw_run(b, dt), "inline": lambda: ref.step_batch(ac, st, dt),
                          "process": lambda: proc.step_batch(ac, st, dt),
@@ -120,6 +130,7 @@ def bench_process(repeats: int, quick: bool, workers: int) -> list[str]:
                         f"{rate['process']:>9,.0f} {rate['workers']:>9,.0f} {rate['inline'] / rate['raw']:>7.2f} "
                         f"{rate['process'] / rate['raw']:>8.2f} {rate['process'] / rate['inline']:>8.2f} "
                         f"{rate['workers'] / rate['inline']:>7.2f}  {cpu['process']:>12}  {cpu['workers']:>12}"
+                        f"  {_placed(before, proc.stats)}"
                     )
             fixed.append(f"{label}: {fixed_cost(strict, states[0], repeats) * 1e6:.0f} us")
             ref_tps = _async_vector_reference(env_id, kw, workers, 200 if quick else 1000)

@@ -19,7 +19,7 @@ from typing import Any
 __all__ = ["WARMUP_CALLS", "Timing", "measure", "process_cpu_seconds"]
 
 SAMPLE_SECONDS = 0.02  # a sample repeats its call until it lasts about this long
-WARMUP_CALLS = 8  # untimed calls of each function before the samples (2 per place the tuner measures, and 2)
+WARMUP_CALLS = 12  # untimed calls of each function before the samples (3 per place the tuner measures, and 3)
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ from plan_parallel.batch.tuner import EXPLORE_EVERY, FIRST_SAMPLES, PLACES
 SIZE = Tuner.size_class("step_batch", 8)
 
 
-def test_each_place_is_measured_twice_in_turns_then_the_fastest_wins() -> None:
+def test_each_place_is_measured_first_samples_times_in_turns_then_the_fastest_wins() -> None:
     t = Tuner(2)
     for place in PLACES * FIRST_SAMPLES:
         assert t.place(SIZE) == place
@@ -54,8 +54,9 @@ def test_a_batch_that_cannot_be_shared_is_measured_and_placed_among_the_others()
     t.learn(SIZE, "workers", 2e-6)
     assert t.place(SIZE, can_share=False) == "here"
     t.learn(SIZE, "here", 1e-6)
-    t.learn(SIZE, "workers", 2e-6)
-    t.learn(SIZE, "here", 1e-6)
+    for _ in range(FIRST_SAMPLES - 1):
+        t.learn(SIZE, "workers", 2e-6)
+        t.learn(SIZE, "here", 1e-6)
     assert t.place(SIZE, can_share=False) == "here" and t.place(SIZE) == "share", "share is still unmeasured"
     assert Tuner(2, "share").place(SIZE, can_share=False) == "workers"
 

@@ -13,7 +13,7 @@ __all__ = ["CHUNK_SECONDS", "EXPLORE_EVERY", "MAX_EXPLORE_FACTOR", "MIN_CHUNK_SE
 
 EXPLORE_EVERY = 32  # a place as fast as the fastest is re-measured after this many batches of its size class
 MAX_EXPLORE_FACTOR = 8  # and a slower one after at most this many times as many
-FIRST_SAMPLES = 2  # each place is measured this many times before the fastest is chosen (the best one counts)
+FIRST_SAMPLES = 3  # each place is measured this many times before the fastest is chosen (the best one counts)
 CHUNK_SECONDS = 1e-3  # below this, a chunk's fixed cost is a large share of its time
 MIN_CHUNK_SECONDS = 100e-6  # env time worth a message of its own (a chunk's fixed cost is ~40 us here)
 PLACES = ("workers", "here", "share")  # share: the workers take chunks from the front, this process from the back
