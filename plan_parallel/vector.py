@@ -83,25 +83,28 @@ class PlanVectorEnv(VectorCore):
     """
 
     # ------------------------------------------------------------------ stepping
-    def _submit(self, actions: Any, ids: np.ndarray) -> Any:
+    def _submit(self, actions: Any, ids: np.ndarray, wait: bool = False) -> Any:
         """A future of the step of sub-envs ``ids`` (a ``StepBatch`` in their order); the inline backend runs it now.
 
         One ``step_batch`` per recipe group of the sub-envs (one in the common case).
+        ``wait``: one group's step runs now, as a ``step_batch`` call (see :meth:`step`).
         """
         if not len(ids):  # every sub-env resets: nothing to step (and step_batch cannot stack 0 Dict obs)
             empty = np.zeros(0)
             return Done(StepBatch([], None, empty, empty.astype(np.bool_), empty.astype(np.bool_), []))
         states = self._states
         if len(self._recipes.groups) == 1:
-            return self._recipes.groups[0].submit(actions, states if len(ids) == len(states) else [states[i] for i in ids])
+            return self._recipes.groups[0].submit(
+                actions, states if len(ids) == len(states) else [states[i] for i in ids], wait)
         futures = []
         for group, pos in self._recipes.split(ids):  # on an error the parts submitted run on, and their results are dropped
             sub = actions[pos] if isinstance(actions, np.ndarray) else [actions[p] for p in pos]
             futures.append((pos, group.submit(sub, [states[i] for i in ids[pos]])))
         return GatheredStep(futures, len(ids), self.single_observation_space)
 
-    def _start(self, actions: Any, ids: np.ndarray) -> tuple[Any, np.ndarray, dict]:
-        """Submit the step of sub-envs ``ids`` with their checked ``actions``; NEXT_STEP resets run meanwhile."""
+    def _start(self, actions: Any, ids: np.ndarray, wait: bool = False) -> tuple[Any, np.ndarray, dict]:
+        """Submit the step of sub-envs ``ids`` with their checked ``actions``; NEXT_STEP resets run meanwhile
+        (after it, with ``wait``)."""
         flags = self._autoreset[ids]
         if self.autoreset_mode != AutoresetMode.NEXT_STEP or not flags.any():
             run, resets, sub_actions = ids, ids[:0], actions
@@ -111,7 +114,7 @@ class PlanVectorEnv(VectorCore):
                 sub_actions = actions[~flags]
             else:
                 sub_actions = [a for a, f in zip(actions, flags) if not f]
-        fut = self._submit(sub_actions, run)
+        fut = self._submit(sub_actions, run, wait)
         # Resets run here while the workers step (the batch above is in flight).
         done = {int(i): self._reset_one(int(i), self._states[i], None, None) for i in resets}
         return fut, run, done
@@ -143,13 +146,16 @@ class PlanVectorEnv(VectorCore):
                 mode, a sub-env that ended and was not reset (before anything is sent).
             AlreadyPendingCallError: a step or a send is pending. StateError: not reset yet.
         """
+        self._send_step(actions, "step_async", False)
+
+    def _send_step(self, actions: Any, what: str, wait: bool) -> None:
         self._check_open()
-        self._check_idle("step_async")
+        self._check_idle(what)
         actions = check_vector_actions(self.single_action_space, actions, self.num_envs, self._action_spaces)
         ids = self._all
         self._check_started(ids)
         self._check_not_disabled_done(ids)
-        fut, run, resets = self._start(actions, ids)
+        fut, run, resets = self._start(actions, ids, wait)
         self._pending = Step(fut, run, resets)
 
     def step_wait(self, timeout: float | None = None) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict]:
@@ -201,10 +207,13 @@ class PlanVectorEnv(VectorCore):
     def step(self, actions: Any) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict]:
         """Step every sub-env (one ``step_batch`` over the workers), with autoreset as SyncVectorEnv.
 
+        Sub-envs of one recipe are stepped by one ``step_batch`` call, which this
+        process may share with the workers (see :mod:`plan_parallel.batch.placement`).
+
         Raises:
             As :meth:`step_async` and :meth:`step_wait`. On an error no sub-env changed.
         """
-        self.step_async(actions)
+        self._send_step(actions, "step", True)
         return self.step_wait()
 
     # ------------------------------------------------------------------ partial gather

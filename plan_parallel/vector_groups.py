@@ -138,9 +138,10 @@ class Group:
         self.local_used = False
         self.collector = render_collection(local.gym_env)
 
-    def submit(self, actions: Any, states: Sequence[Any]) -> Any:
-        """A future of ``plan.step_batch(actions, states)``; the inline backend runs it now."""
-        if isinstance(self.plan, PlanEnv):  # the inline backend (plan is local)
+    def submit(self, actions: Any, states: Sequence[Any], wait: bool = False) -> Any:
+        """A future of ``plan.step_batch(actions, states)``; the inline backend runs it now, and so
+        does ``wait`` (a ``step_batch`` call, which this process may share with the workers)."""
+        if wait or isinstance(self.plan, PlanEnv):  # the inline backend: plan is local
             return Done(self.plan.step_batch(actions, states))
         return self.plan.step_batch_async(actions, states)
 

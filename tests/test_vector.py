@@ -137,6 +137,27 @@ def drive(vec: Any, ref: SyncVectorEnv, steps: int, seed: int = 0) -> None:
         same(vec.step(actions), ref.step(actions), f"step {t}")
 
 
+@pytest.mark.timeout(120)
+def test_step_may_be_shared_with_this_process_and_step_async_is_not() -> None:
+    """Default options: the tuner's first steps measure each place in turn, "share" among them (the
+    calling process runs the last chunk of the 7 sub-envs' step); step_async's futures never share."""
+    n = 7
+    ref = oracle(CounterEnv, n, AutoresetMode.NEXT_STEP, horizon=10**6)
+    with pp.make_vec(CounterEnv, n, n_workers=2, horizon=10**6) as vec:
+        same(vec.reset(seed=SEED), ref.reset(seed=SEED), "reset")
+        rng = np.random.default_rng(3)
+        for t in range(12):
+            actions = rng.integers(0, 3, n)
+            same(vec.step(actions), ref.step(actions), f"step {t}")
+        assert vec.stats["shared_batches"] >= 3 and vec.stats["shared_items"] > 0
+        shared = vec.stats["shared_batches"]
+        for t in range(12):
+            actions = rng.integers(0, 3, n)
+            vec.step_async(actions)
+            same(vec.step_wait(), ref.step(actions), f"step_async {t}")
+        assert vec.stats["shared_batches"] == shared
+
+
 def info_row(infos: dict, j: int) -> dict:
     """Row j of vector infos: the keys whose ``_key`` mask is set, nested dicts included."""
     return {k: info_row(v, j) if isinstance(v, dict) else v[j]
