@@ -167,16 +167,16 @@ class Placement:
 
     def _take(self, fut: BatchFuture) -> tuple[int, int] | None:
         """The last chunk no worker has taken (now running here), or None."""
-        if not self.pool.lock.acquire(blocking=False):
-            return None  # another thread is waiting on the workers: leave them the rest
-        try:
-            with ctrl_c_deferred():
+        with ctrl_c_deferred():  # no Ctrl-C between taking the lock and the try that releases it
+            if not self.pool.lock.acquire(blocking=False):
+                return None  # another thread is waiting on the workers: leave them the rest
+            try:
                 if fut.settled or not fut.pending:
                     return None
                 fut.running_here += 1
                 return fut.pending.pop()
-        finally:
-            self.pool.lock.release()
+            finally:
+                self.pool.lock.release()
 
     def _run(self, local: PlanEnv, fut: BatchFuture, lo: int, hi: int) -> None:
         """Run chunk lo..hi here and put its results in the batch (or fail the batch with the env's error)."""
