@@ -39,11 +39,7 @@ def run_chunk(env: PlanEnv, job: Job, lo: int, hi: int) -> Any:
 
     The states are checked as a worker checks them (errors name the item's index in the batch).
     """
-    if job.states is None:
-        assert job.start is not None, "a job without states starts every item from its start"
-        states = [job.start] * (hi - lo)
-    else:
-        states = job.states[lo:hi]
+    states = job.states_of(lo, hi)
     env.validate_all(states, lo, job.index_errors)
     actions = None if job.actions is None else job.actions[lo:hi]
     dt = job.dt if isinstance(job.dt, int) else job.dt[lo:hi]
@@ -126,10 +122,7 @@ class Placement:
     @staticmethod
     def run_here(local: PlanEnv, job: Job) -> Any:
         """The whole of ``job`` on ``local``: its StepBatch or RolloutBatch."""
-        states = job.states
-        if states is None:
-            assert job.start is not None, "a job without states starts every item from its start"
-            states = [job.start] * job.n
+        states = job.states_of(0, job.n)
         if job.rollout is None:
             return local.step_batch_checked(job.actions, states, job.dt, job.seeds, job.index_errors)
         return local.rollout_batch(states, job.actions, job.dt, horizon=job.rollout.horizon, policy=job.policy,
@@ -196,9 +189,8 @@ class Placement:
             fut.running_here -= 1
             if fut.settled:
                 return
-            fut.gather.absorb_local(lo, hi, out)
+            fut.steps_here += fut.gather.absorb_local(lo, hi, out)
             fut.chunks_here += 1
             self.stats["shared_items"] += hi - lo
-            fut.steps_here += sum(out.n_steps) if job.rollout is not None else sum(i["n_steps"] for i in out[5])
             if fut.all_answered():
                 fut.complete()

@@ -9,7 +9,8 @@ import os
 
 from plan_parallel.batch.feeder import QUEUED_PER_WORKER
 
-__all__ = ["CHUNK_SECONDS", "EXPLORE_EVERY", "MAX_EXPLORE_FACTOR", "MIN_CHUNK_SECONDS", "PLACES", "Tuner", "usable_cores"]
+__all__ = ["CHUNK_SECONDS", "EXPLORE_EVERY", "FIRST_SAMPLES", "MAX_EXPLORE_FACTOR", "MIN_CHUNK_SECONDS", "PLACES",
+           "Tuner", "usable_cores"]
 
 EXPLORE_EVERY = 32  # a place as fast as the fastest is re-measured after this many batches of its size class
 MAX_EXPLORE_FACTOR = 8  # and a slower one after at most this many times as many

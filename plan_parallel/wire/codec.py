@@ -92,6 +92,13 @@ class Job:
     def steps_per_item(self) -> int:
         return 1 if self.rollout is None else self.rollout.horizon
 
+    def states_of(self, lo: int, hi: int) -> list[State]:
+        """The start states of items lo..hi (``start`` for each when the job has no states)."""
+        if self.states is None:
+            assert self.start is not None, "a job without states starts every item from its start"
+            return [self.start] * (hi - lo)
+        return self.states[lo:hi]
+
     def cost(self, lo: int, hi: int) -> int:
         """Env steps of items lo..hi at most (for chunking and expected durations)."""
         dt = self.dt
@@ -181,8 +188,8 @@ class Gather(Protocol):
     def absorb(self, lo: int, hi: int, reply: ChunkReply, cols: dict[str, np.ndarray]) -> None:
         """Copy chunk lo..hi's results out of ``cols`` (slab views, reused after this returns)."""
 
-    def absorb_local(self, lo: int, hi: int, out: Any) -> None:
-        """Take chunk lo..hi run in this process: ``run_raw``'s lists, or ``rollout_raw``'s parts."""
+    def absorb_local(self, lo: int, hi: int, out: Any) -> int:
+        """Take chunk lo..hi run in this process (``run_raw``'s lists, or ``rollout_raw``'s parts); its env steps."""
 
     def result(self) -> Any:
         """The batch's result, every chunk absorbed."""
@@ -249,7 +256,7 @@ class StepGather:
         self.infos[lo:hi] = infos
         self.ranges.append((lo, hi))
 
-    def absorb_local(self, lo: int, hi: int, out: Any) -> None:
+    def absorb_local(self, lo: int, hi: int, out: Any) -> int:
         states, obs, rewards, terms, truncs, infos = out
         self.rewards[lo:hi] = rewards
         self.terms[lo:hi] = terms
@@ -259,6 +266,7 @@ class StepGather:
         self.states[lo:hi] = states
         self.infos[lo:hi] = infos
         self.ranges.append((lo, hi))
+        return int(self.steps[lo:hi].sum())
 
     def result(self) -> StepBatch:
         """The :class:`StepBatch`; the states' observations are read-only rows of its ``observations``."""
@@ -308,8 +316,9 @@ class RolloutGather:
         )
         self._keep(lo, hi, parts)
 
-    def absorb_local(self, lo: int, hi: int, out: Any) -> None:
+    def absorb_local(self, lo: int, hi: int, out: Any) -> int:
         self._keep(lo, hi, out)
+        return int(sum(out.n_steps))
 
     def _keep(self, lo: int, hi: int, parts: RolloutParts) -> None:
         old = self.chunks.get(lo)
