@@ -18,6 +18,7 @@ import numpy as np
 
 from plan_parallel.errors import StateError
 from plan_parallel.state.values import value_digest, values_equal
+from plan_parallel.state.wrappers import WrapperStack, direct_step
 
 __all__ = [
     "Adapter",
@@ -156,9 +157,6 @@ class Adapter:
     reseedable: ClassVar[bool] = True
 
     def __init__(self, env: Any) -> None:
-        # Imported here: wrappers imports this module for State.
-        from plan_parallel.state.wrappers import WrapperStack
-
         self.env = env
         self.u = env.unwrapped
         self.wrappers = WrapperStack(env) if not self.includes_wrappers else WrapperStack.empty()
@@ -209,8 +207,8 @@ class Adapter:
         return out
 
     def make_step(self) -> Callable[[Any], tuple]:
-        """The function that steps the env once (the wrapped env's ``step``)."""
-        return self.env.step
+        """The function that steps the env once: the wrapped env's ``step`` (see :func:`direct_step`)."""
+        return direct_step(self.env)
 
     # --- the protocol ------------------------------------------------------------------
     def _read_rng(self) -> dict | None:
@@ -328,8 +326,13 @@ def _is_rng_state(rng: Any) -> bool:
     """Whether ``rng`` looks like ``np.random.<BitGenerator>().state``."""
     if type(rng) is not dict or not isinstance(rng.get("state"), dict):
         return False
-    gen = getattr(np.random, str(rng.get("bit_generator")), None)
-    return isinstance(gen, type) and issubclass(gen, np.random.BitGenerator)
+    name = rng.get("bit_generator")
+    return type(name) is str and name in _BIT_GENERATORS
+
+
+_BIT_GENERATORS = frozenset(
+    name for name, v in vars(np.random).items() if isinstance(v, type) and issubclass(v, np.random.BitGenerator)
+)
 
 
 def register_adapter(adapter: type[Adapter], env_class: type | None = None) -> type[Adapter]:

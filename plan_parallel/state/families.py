@@ -129,7 +129,7 @@ class ClassicControlAdapter(Adapter):
         if not names:
             return super().check_extra(extra)
         # CartPole's steps_beyond_terminated (an int), Pendulum's last_u (a float, or an array of one).
-        if extra is None or isinstance(extra, (numbers.Real, np.ndarray)):
+        if extra is None or type(extra) is int or isinstance(extra, (numbers.Real, np.ndarray)):
             return None
         return f"expected extra as {names[0]} (None or a number), got {extra!r:.200}"
 

@@ -23,7 +23,7 @@ import numpy as np
 
 from plan_parallel.errors import StateError
 
-__all__ = ["STATELESS_WRAPPERS", "WrapperStack", "register_wrapper"]
+__all__ = ["STATELESS_WRAPPERS", "WrapperStack", "direct_step", "register_wrapper"]
 
 Getter = Callable[[Any], Any]
 Setter = Callable[[Any, Any], None]
@@ -267,3 +267,57 @@ def _empty_get() -> tuple:
 
 def _noop_set(v: tuple) -> None:
     return None
+
+
+def direct_step(env: Any) -> Callable[[Any], tuple]:
+    """``env.step``, without the Python layers of gymnasium's default wrappers once they only pass through.
+
+    ``gym.make`` puts ``TimeLimit``, ``OrderEnforcing`` and ``PassiveEnvChecker``
+    around most envs. After the first reset (or the first restore, which primes
+    them) the last two only forward the call, and ``TimeLimit`` counts. When the
+    outermost layers are exactly these classes, the function returned calls the
+    first other layer (usually the env itself) directly and counts the steps as
+    ``TimeLimit.step`` does; whenever a gate is still closed it calls ``env.step``
+    instead, so a never-reset env raises as before. A subclass or any other
+    wrapper is left to its own ``step``. Worth ~4 us per step of a classic-control
+    env, a third of its cost.
+    """
+    limits: list[Any] = []
+    gates: list[Any] = []
+    e = env
+    while type(e) in _FUSIBLE:
+        (limits if type(e) is gym.wrappers.TimeLimit else gates).append(e)
+        e = e.env
+    if (not limits and not gates) or len(limits) > 1:
+        return env.step  # nothing to take out, or stacked time limits: not worth a special case
+    inner, full = e.step, env.step
+    checked = [w.__dict__ for w in gates if type(w) is gym.wrappers.PassiveEnvChecker]
+    ordered = [w.__dict__ for w in gates if type(w) is gym.wrappers.OrderEnforcing]
+    latch = [False]  # the gates, once open, stay open (gymnasium never closes them)
+
+    def gates_open() -> bool:
+        latch[0] = all(d["_has_reset"] for d in ordered) and all(
+            d["checked_step"] and d["checked_data_reuse"] for d in checked)
+        return latch[0]
+
+    if not limits:
+        def step(action: Any) -> tuple:
+            return inner(action) if latch[0] or gates_open() else full(action)
+
+        return step
+    (limit,) = limits
+    counter = limit.__dict__
+
+    def step_with_limit(action: Any) -> tuple:
+        if not (latch[0] or gates_open()):
+            return full(action)
+        obs, reward, terminated, truncated, info = inner(action)
+        n = counter["_elapsed_steps"] = counter["_elapsed_steps"] + 1
+        if n >= counter["_max_episode_steps"]:
+            truncated = True
+        return obs, reward, terminated, truncated, info
+
+    return step_with_limit
+
+
+_FUSIBLE = frozenset({gym.wrappers.TimeLimit, gym.wrappers.OrderEnforcing, gym.wrappers.PassiveEnvChecker})
