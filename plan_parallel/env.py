@@ -242,16 +242,21 @@ class PlanEnv:
         dt: int | np.ndarray,
         seeds: np.ndarray | None = None,
         index_errors: bool = True,
+        *,
+        validated: bool = False,
     ) -> StepBatch:
         """:meth:`step_batch` for inputs already in canonical form (see :mod:`plan_parallel.inputs`).
 
         For a caller that has run the same checks (the parallel backends, when they
         run a batch in this process): only the states' simulator parts are checked again.
         A malformed state's error names its index unless ``index_errors`` is False
-        (for :meth:`step`'s one state).
+        (for :meth:`step`'s one state). ``validated``: the states were validated
+        against this env's kind when they entered the caller's hands, or made by it
+        (a vector env's sub-env states), and are not checked again.
         """
         self._check_open()
-        self.validate_all(states, 0, index_errors)
+        if not validated:
+            self.validate_all(states, 0, index_errors)
         return self._batch(actions, states, dt, seeds)
 
     def _batch(self, actions: Any, states: Sequence[State], dt: int | np.ndarray, seeds: np.ndarray | None) -> StepBatch:

@@ -141,9 +141,10 @@ class Group:
     def submit(self, actions: Any, states: Sequence[Any], wait: bool = False) -> Any:
         """A future of ``plan.step_batch(actions, states)``; the inline backend runs it now, and so
         does ``wait`` (a ``step_batch`` call, which this process may share with the workers)."""
+        # The vector env checked the actions, and its sub-env states were validated when they entered it.
         if wait or isinstance(self.plan, PlanEnv):  # the inline backend: plan is local
-            return Done(self.plan.step_batch(actions, states))
-        return self.plan.step_batch_async(actions, states)
+            return Done(self.plan.step_batch_checked(actions, states, 1, validated=True))
+        return self.plan.step_batch_checked_async(actions, states, 1, validated=True)
 
     def close(self) -> None:
         """Close the planning env and the env in this process."""

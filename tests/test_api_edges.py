@@ -8,6 +8,7 @@ import sys
 import typing
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import plan_parallel as pp
@@ -15,11 +16,11 @@ from plan_parallel.plan_cli import episode_end, summarize
 from plan_parallel.planners import RandomShooting, run_episode
 
 ROOT = Path(__file__).resolve().parent.parent
-# hooks the parallel backends call on a PlanEnv (run_raw in a worker, step_batch_checked for a batch run here)
-BACKEND_HOOKS = {"rollout_raw", "run_raw", "step_batch_checked", "validate_all"}
+# hooks the parallel backends call on a PlanEnv (run_raw in a worker, validate_all for a batch run here)
+BACKEND_HOOKS = {"rollout_raw", "run_raw", "validate_all"}
 # what only a pool of workers has
 PARALLEL_ONLY = {"context", "max_restarts", "pids", "rollout_batch_async", "small_batch_inline", "step_batch_async",
-                 "timeout"}
+                 "step_batch_checked_async", "timeout"}
 
 
 def public(obj: object) -> set[str]:
@@ -82,3 +83,39 @@ def test_a_cartpole_episode_at_the_time_limit_does_not_read_terminated() -> None
     table = summarize([ep])
     assert " term+trunc " in table and "reached the time limit" in table
     assert " terminated " not in table
+
+
+@pytest.mark.parametrize("mode", ["workers", "here", "share"])
+def test_step_batch_checked_equals_step_batch_wherever_it_runs(mode: str) -> None:
+    """The vector face's entry (canonical actions, states it validated) gives step_batch's result on every place."""
+    from plan_parallel.batch import BatchEnv, Tuner
+    from plan_parallel.factory import EnvFactory
+    from tests.helpers import assert_batches_equal
+
+    inline = pp.make("CartPole-v1", backend="inline")
+    states = list(inline.step_batch(np.arange(6) % 2, [inline.reset(seed=4)[0]] * 6).states)
+    actions = np.array([1, 0, 0, 1, 1, 0])
+    want = inline.step_batch(actions, states)
+    with BatchEnv(EnvFactory("CartPole-v1", {}), n_workers=2, tuner=Tuner(2, mode)) as env:
+        assert_batches_equal(env.step_batch_checked(actions, states, 1, validated=True), want)
+        assert_batches_equal(env.step_batch_checked_async(actions, states, 1, validated=True).result(60), want)
+        assert_batches_equal(inline.step_batch_checked(actions, states, 1, validated=True), want)
+
+
+@pytest.mark.parametrize("mode", ["workers", "here"])
+def test_step_batch_checked_checks_states_unless_told_they_were(mode: str) -> None:
+    """Without ``validated`` a state of another env is refused as step_batch refuses it; the workers check anyway."""
+    from plan_parallel.batch import BatchEnv, Tuner
+    from plan_parallel.factory import EnvFactory
+
+    good = pp.make("CartPole-v1", backend="inline").reset(seed=0)[0]
+    bad = pp.make("Pendulum-v1", backend="inline").reset(seed=0)[0]
+    with BatchEnv(EnvFactory("CartPole-v1", {}), n_workers=1, tuner=Tuner(1, mode)) as env:
+        with pytest.raises(pp.StateError, match=r"states\[1\]") as want:
+            env.step_batch(np.array([0, 1]), [good, bad])
+        with pytest.raises(pp.StateError) as got:
+            env.step_batch_checked(np.array([0, 1]), [good, bad], 1)
+        assert str(got.value) == str(want.value)
+        if mode == "workers":
+            with pytest.raises(pp.StateError, match=r"states\[1\]"):
+                env.step_batch_checked(np.array([0, 1]), [good, bad], 1, validated=True)

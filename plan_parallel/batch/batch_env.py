@@ -20,38 +20,25 @@ import cloudpickle
 import numpy as np
 
 from plan_parallel.batch.future import BatchFuture
+from plan_parallel.batch.jobs import checked_job, rollout_job, step_job
 from plan_parallel.batch.parts import dumps
 from plan_parallel.batch.placement import Placement
 from plan_parallel.batch.pool import WorkerPool
 from plan_parallel.batch.tuner import Tuner
 from plan_parallel.env import PlanEnv
 from plan_parallel.errors import ClosedError, StateError
-from plan_parallel.inputs import (
-    check_action,
-    check_actions,
-    check_dt,
-    check_kind,
-    check_rollout,
-    check_seed,
-    check_seeds,
-    check_states,
-)
+from plan_parallel.inputs import check_action, check_dt, check_kind, check_seed
 from plan_parallel.loops import UniformPolicy
 from plan_parallel.results import RolloutBatch, StepBatch, stack_observations
 from plan_parallel.state import State
 from plan_parallel.wire.codec import Job
-from plan_parallel.wire.messages import Op, RolloutSpec
+from plan_parallel.wire.messages import Op
 from plan_parallel.workers.backends import select_backend
 from plan_parallel.workers.process import default_context
 
 __all__ = ["BatchEnv"]
 
 log = logging.getLogger("plan_parallel")
-
-
-def _owned(x: Any) -> Any:
-    """A private copy of an input array (the caller may reuse its own while chunks wait)."""
-    return x.copy() if isinstance(x, np.ndarray) else x
 
 
 class BatchEnv:
@@ -297,26 +284,30 @@ class BatchEnv:
     def _step_batch(self, actions: Any, states: Sequence[State] | None, dt: Any, seeds: Any,
                     waited_in_full: bool) -> BatchFuture:
         self._check_open()
-        start = None
-        if states is None:
-            actions = check_actions(self.action_space, actions)
-            n = len(actions)
-            start = self._current()
-        else:
-            n = len(states) if hasattr(states, "__len__") else -1
-            actions = check_actions(self.action_space, actions, n if n >= 0 else None)
-            states = list(check_states(states, self.kind, len(actions), None))
-        dt = check_dt(dt, n)
-        seeds = check_seeds(seeds, n, self.reseedable)
-        if n == 0:
+        job = step_job(self.action_space, self.kind, self.reseedable, self._current, actions, states, dt, seeds)
+        if job.n == 0:
             self.stats["batches"] += 1
             empty = np.empty(0)
             return BatchFuture.completed(0, StepBatch(
                 [], stack_observations(self.observation_space, []), empty.astype(np.float64), empty.astype(bool),
                 empty.astype(bool), []))
-        # The batch owns its inputs: the caller may reuse its arrays while chunks wait to be sent.
-        actions = actions.copy() if isinstance(actions, np.ndarray) else list(actions)
-        return self._placement.submit(Job(n, actions, states, _owned(dt), _owned(seeds), start), waited_in_full)
+        return self._placement.submit(job, waited_in_full)
+
+    def step_batch_checked(self, actions: Any, states: Sequence[State], dt: int = 1, *,
+                           validated: bool = False) -> StepBatch:
+        """:meth:`step_batch` of N canonical actions (see :mod:`plan_parallel.inputs`) and N states of this env's kind.
+
+        ``validated``: the states were validated against this env already (a vector
+        env's sub-env states): only the workers check them again.
+        """
+        self._check_open()
+        return self._wait(self._placement.submit(checked_job(self.kind, actions, states, dt, validated), True))
+
+    def step_batch_checked_async(self, actions: Any, states: Sequence[State], dt: int = 1, *,
+                                 validated: bool = False) -> BatchFuture:
+        """:meth:`step_batch_checked`, sent at once (see :meth:`step_batch_async`)."""
+        self._check_open()
+        return self._placement.submit(checked_job(self.kind, actions, states, dt, validated), False)
 
     def rollout_batch(
         self,
@@ -355,19 +346,9 @@ class BatchEnv:
                        waited_in_full: bool) -> BatchFuture:
         self._check_open()
         current = self._current() if states is None else None
-        req = check_rollout(
-            self.action_space, self.kind, None, states, actions, dt, horizon=horizon, policy=policy,
-            seeds=seeds, return_all=return_all, current=current, reseedable=self.reseedable,
-        )
-        if req.actions is None and req.policy is None:
-            UniformPolicy(self.action_space)  # the space has a sampler, or this raises before sending
-        acts = req.actions
-        if acts is not None:
-            acts = acts.copy() if isinstance(acts, np.ndarray) else [list(a) for a in acts]
-        spec = RolloutSpec(req.horizon, req.policy_blob, req.return_all)
-        states_list = None if req.states is None else list(req.states)
-        return self._placement.submit(Job(req.n, acts, states_list, _owned(req.dt), _owned(req.seeds), current,
-                                          spec, req.policy), waited_in_full)
+        job = rollout_job(self.action_space, self.kind, self.reseedable, current, states, actions, dt, horizon, policy,
+                          seeds, return_all)
+        return self._placement.submit(job, waited_in_full)
 
     # ------------------------------------------------------------------ closing
     def close(self) -> None:

@@ -40,7 +40,8 @@ def run_chunk(env: PlanEnv, job: Job, lo: int, hi: int) -> Any:
     The states are checked as a worker checks them (errors name the item's index in the batch).
     """
     states = job.states_of(lo, hi)
-    env.validate_all(states, lo, job.index_errors)
+    if not job.validated:
+        env.validate_all(states, lo, job.index_errors)
     actions = None if job.actions is None else job.actions[lo:hi]
     dt = job.dt if isinstance(job.dt, int) else job.dt[lo:hi]
     seeds = None if job.seeds is None else job.seeds[lo:hi]
@@ -124,7 +125,8 @@ class Placement:
         """The whole of ``job`` on ``local``: its StepBatch or RolloutBatch."""
         states = job.states_of(0, job.n)
         if job.rollout is None:
-            return local.step_batch_checked(job.actions, states, job.dt, job.seeds, job.index_errors)
+            return local.step_batch_checked(job.actions, states, job.dt, job.seeds, job.index_errors,
+                                            validated=job.validated)
         return local.rollout_batch(states, job.actions, job.dt, horizon=job.rollout.horizon, policy=job.policy,
                                    seeds=job.seeds, return_all=job.rollout.return_all)
 

@@ -72,6 +72,8 @@ class Job:
         rollout: None for step_batch; the rollout's horizon, pickled policy and return_all.
         policy: the caller's policy object (for a rollout run in this process).
         index_errors: a malformed state's error names its index (False for ``step``'s one state).
+        validated: the states were validated against the env already (a vector env's own): a chunk
+            run in the calling process does not check them again (a worker still does).
     """
 
     n: int
@@ -83,6 +85,7 @@ class Job:
     rollout: RolloutSpec | None = None
     policy: Any = None
     index_errors: bool = True
+    validated: bool = False
 
     @property
     def op(self) -> Op:
