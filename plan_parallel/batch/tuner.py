@@ -60,6 +60,7 @@ class Tuner:
         self.speed: dict[tuple[str, int, str], float] = {}
         self.samples: dict[tuple[str, int, str], int] = {}
         self.waited: dict[tuple[str, int, str], int] = {}  # batches since the place was last tried
+        self._keys: dict[tuple[str, int], tuple[tuple[str, int, str], ...]] = {}  # a size class's keys, per place
         self.step_seconds: float | None = None  # a worker's seconds per env step (EMA)
 
     @staticmethod
@@ -78,25 +79,30 @@ class Tuner:
         batch in EXPLORE_EVERY. A forced ``"share"`` mode gives ``"workers"``
         where it cannot share.
         """
-        places = PLACES if can_share else tuple(p for p in PLACES if p != "share")
         if self.mode != "auto":
-            return self.mode if self.mode in places else "workers"
-        for k in range(1, FIRST_SAMPLES + 1):
-            for p in places:
-                if self.samples.get((*size_class, p), 0) < k:
-                    return p
-        speed = {p: self.speed[(*size_class, p)] for p in places}
-        best = min(places, key=speed.__getitem__)
+            return self.mode if can_share or self.mode != "share" else "workers"
+        keys = self._keys.get(size_class)
+        if keys is None:
+            keys = self._keys[size_class] = tuple((*size_class, p) for p in PLACES)
+        if not can_share:
+            keys = keys[:2]  # "share" is the last of PLACES
+        counts = [self.samples.get(k, 0) for k in keys]
+        fewest = min(counts)
+        if fewest < FIRST_SAMPLES:  # the first place, in the order of PLACES, with the fewest samples
+            return PLACES[counts.index(fewest)]
+        speeds = [self.speed[k] for k in keys]
+        best = speeds.index(min(speeds))
+        fastest = max(speeds[best], 1e-12)
         due: list[tuple[float, str]] = []
-        for p in places:
-            if p == best:
+        for j, key in enumerate(keys):
+            if j == best:
                 continue
-            waited = self.waited[(*size_class, p)] = self.waited.get((*size_class, p), 0) + 1
-            every = EXPLORE_EVERY * min(MAX_EXPLORE_FACTOR, speed[p] / max(speed[best], 1e-12))
+            waited = self.waited[key] = self.waited.get(key, 0) + 1
+            every = EXPLORE_EVERY * min(MAX_EXPLORE_FACTOR, speeds[j] / fastest)
             if waited >= every:
-                due.append((waited / every, p))
+                due.append((waited / every, PLACES[j]))
         if not due:
-            return best
+            return PLACES[best]
         p = max(due)[1]
         self.waited[(*size_class, p)] = 0
         return p
