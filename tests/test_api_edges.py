@@ -119,3 +119,16 @@ def test_step_batch_checked_checks_states_unless_told_they_were(mode: str) -> No
         if mode == "workers":
             with pytest.raises(pp.StateError, match=r"states\[1\]"):
                 env.step_batch_checked(np.array([0, 1]), [good, bad], 1, validated=True)
+
+
+def test_pids_after_close_are_the_last_workers_and_they_are_gone() -> None:
+    """``pids`` still answers after close() (it raised ValueError), naming processes that no longer run."""
+    import os
+
+    env = pp.make("CartPole-v1", backend="process", n_workers=2)
+    before = env.pids
+    env.close()
+    assert env.pids == before and all(isinstance(p, int) for p in before)
+    for pid in before:
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)

@@ -133,7 +133,7 @@ class BatchEnv:
 
     @property
     def pids(self) -> list[int | None]:
-        """The worker processes' pids (they change when a worker is replaced)."""
+        """The worker processes' pids (they change when a worker is replaced; after :meth:`close`, the last ones)."""
         return [s.worker.pid if s.worker is not None else None for s in self._pool.slots]
 
     @property

@@ -128,6 +128,7 @@ class ExternalProcess:
                 self.process.start()
         finally:
             child.close()
+        self._pid: int | None = self.process.pid  # kept: a closed Process object no longer tells it
         self._poller = select.poll()
         self._poller.register(self.conn.fileno(), select.POLLIN)
         self._sentinel = select.poll()
@@ -137,7 +138,7 @@ class ExternalProcess:
 
     @property
     def pid(self) -> int | None:
-        return self.process.pid
+        return self._pid
 
     @property
     def name(self) -> str:
