@@ -198,7 +198,8 @@ class PlanVectorEnv(VectorCore):
         infos: dict = {}
         for i in range(n):
             for info in results[i][1]:
-                infos = self._add_info(infos, info, i)
+                if info:  # an empty info adds nothing (gymnasium's _add_info loops over its keys)
+                    infos = self._add_info(infos, info, i)
         for i in range(n):
             self._commit(i, results[i][0], results[i][2])
         self._autoreset = terms | truncs
