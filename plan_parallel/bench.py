@@ -190,6 +190,12 @@ def _suite_vector(repeats: int, quick: bool, workers: int) -> list[str]:
     return bench_vector(repeats, quick, workers)
 
 
+def _suite_mcts(repeats: int, quick: bool, workers: int) -> list[str]:
+    from plan_parallel.bench_mcts import bench_mcts
+
+    return bench_mcts(repeats, quick, workers)
+
+
 def _suite_ray(repeats: int, quick: bool, workers: int) -> list[str]:
     from plan_parallel.bench_ray import bench_ray
 
@@ -202,6 +208,7 @@ SUITES: dict[str, Callable[[int, bool, int], list[str]]] = {
     "process": _suite_process,
     "rollout": _suite_rollout,
     "vector": _suite_vector,
+    "mcts": _suite_mcts,
     "ray": _suite_ray,
 }
 

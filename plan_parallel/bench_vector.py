@@ -1,12 +1,14 @@
 """``plan-parallel bench --suite vector``: make_vec against gymnasium's SyncVectorEnv and AsyncVectorEnv.
 
-Each env runs ``N_ENVS`` sub-envs with the same pre-drawn random actions;
+Each case runs its number of sub-envs (16 CartPoles, 8 Pongs: the issue's
+targets) with the same pre-drawn random actions;
 make_vec uses ``workers`` process workers: by default (small batches may run in
 this process when the process backend judges them too small to gain from
 workers), with every batch on the workers (``no-inline``), and the inline
 backend (the cost of the state protocol and of the vector layer alone). Figures are env steps per second
-(vector steps x N_ENVS), the median over ``repeats`` alternating runs; each
-ratio is the median of the per-run ratios to SyncVectorEnv measured side by side.
+(vector steps x sub-envs), the median over ``repeats`` alternating runs; each
+ratio is the median of the per-run ratios to SyncVectorEnv (and to AsyncVectorEnv)
+measured side by side.
 """
 from __future__ import annotations
 
@@ -17,13 +19,13 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["CASES", "N_ENVS", "bench_vector"]
+__all__ = ["CASES", "bench_vector"]
 
-N_ENVS = 8
-# (label, env id, kwargs, vector steps per run, quick vector steps): Pong with its RGB observations.
-CASES: list[tuple[str, str, dict[str, Any], int, int]] = [
-    ("CartPole-v1", "CartPole-v1", {}, 400, 100),
-    ("Pong RGB", "ALE/Pong-v5", {}, 60, 15),
+# (label, env id, kwargs, sub-envs, vector steps per run, quick vector steps): Pong with its defaults
+# (RGB observations, frameskip 4, sticky actions).
+CASES: list[tuple[str, str, dict[str, Any], int, int, int]] = [
+    ("CartPole-v1", "CartPole-v1", {}, 16, 400, 100),
+    ("Pong RGB", "ALE/Pong-v5", {}, 8, 60, 15),
 ]
 
 
@@ -47,23 +49,23 @@ def bench_vector(repeats: int, quick: bool, workers: int) -> list[str]:
     from plan_parallel.factory import EnvFactory
 
     lines = [
-        f"make_vec (process, W={workers}) vs gymnasium vector envs, {N_ENVS} envs, env steps/s "
-        f"(median of {repeats} alternating runs; ratio = median per-run ratio to SyncVectorEnv)",
+        f"make_vec (process, W={workers}) vs gymnasium vector envs, env steps/s "
+        f"(median of {repeats} alternating runs; ratios = median per-run ratios to SyncVectorEnv and AsyncVectorEnv)",
         "the machine has 2 cores shared with other work: ratios move with its load (see the ceiling)",
         f"parallel ceiling now: {workers} busy processes run {parallel_ceiling(workers):.2f}x one",
-        f"{'env':<12} {'vector env':<28} {'steps/s':>10} {'x Sync':>7}",
+        f"{'env':<16} {'vector env':<28} {'steps/s':>10} {'x Sync':>7} {'x Async':>8}",
     ]
-    for label, env_id, kw, steps, quick_steps in CASES:
+    for label, env_id, kw, n_envs, steps, quick_steps in CASES:
         n_steps = quick_steps if quick else steps
-        fns = [EnvFactory(env_id, kw) for _ in range(N_ENVS)]
+        fns = [EnvFactory(env_id, kw) for _ in range(n_envs)]
         venvs: dict[str, Any] = {}
         try:
             venvs["SyncVectorEnv"] = gym.vector.SyncVectorEnv(fns)
             venvs["AsyncVectorEnv (shm)"] = gym.vector.AsyncVectorEnv(fns, shared_memory=True)
-            venvs[f"make_vec W={workers}"] = pp.make_vec(env_id, N_ENVS, n_workers=workers, **kw)
+            venvs[f"make_vec W={workers}"] = pp.make_vec(env_id, n_envs, n_workers=workers, **kw)
             venvs[f"make_vec W={workers} no-inline"] = pp.make_vec(
-                env_id, N_ENVS, n_workers=workers, small_batch_inline=False, **kw)
-            venvs["make_vec inline"] = pp.make_vec(env_id, N_ENVS, backend="inline", **kw)
+                env_id, n_envs, n_workers=workers, small_batch_inline=False, **kw)
+            venvs["make_vec inline"] = pp.make_vec(env_id, n_envs, backend="inline", **kw)
             space = venvs["SyncVectorEnv"].action_space
             space.seed(0)
             actions = np.array([space.sample() for _ in range(n_steps)])
@@ -76,11 +78,12 @@ def bench_vector(repeats: int, quick: bool, workers: int) -> list[str]:
             for _ in range(repeats):
                 for k, run in runs.items():
                     times[k].append(run())
-            sync = times["SyncVectorEnv"]
+            sync, asyn = times["SyncVectorEnv"], times["AsyncVectorEnv (shm)"]
             for k, ts in times.items():
-                rate = n_steps * N_ENVS / statistics.median(ts)
-                ratio = statistics.median(s / t for s, t in zip(sync, ts))
-                lines.append(f"{label:<12} {k:<28} {rate:>10,.0f} {ratio:>7.2f}")
+                rate = n_steps * n_envs / statistics.median(ts)
+                to_sync = statistics.median(s / t for s, t in zip(sync, ts))
+                to_async = statistics.median(a / t for a, t in zip(asyn, ts))
+                lines.append(f"{f'{label} x{n_envs}':<16} {k:<28} {rate:>10,.0f} {to_sync:>7.2f} {to_async:>8.2f}")
         finally:
             for v in venvs.values():
                 v.close()
