@@ -13,7 +13,7 @@ __all__ = ["CHUNK_SECONDS", "EXPLORE_EVERY", "FIRST_SAMPLES", "MAX_EXPLORE_FACTO
            "Tuner", "usable_cores"]
 
 EXPLORE_EVERY = 32  # a place as fast as the fastest is re-measured after this many batches of its size class
-MAX_EXPLORE_FACTOR = 8  # and a slower one after at most this many times as many
+MAX_EXPLORE_FACTOR = 8  # and one r times slower after r**2 times as many (r at most this)
 FIRST_SAMPLES = 3  # each place is measured this many times before the fastest is chosen (the best one counts)
 CHUNK_SECONDS = 1e-3  # below this, a chunk's fixed cost is a large share of its time
 MIN_CHUNK_SECONDS = 100e-6  # env time worth a message of its own (a chunk's fixed cost is ~40 us here)
@@ -65,18 +65,27 @@ class Tuner:
 
     @staticmethod
     def size_class(op: str, steps: int) -> tuple[str, int]:
-        """Batches are compared per op and per power of two of their env-step count."""
-        return op, steps.bit_length()
+        """Batches are compared per op and per power of two of their env-step count: 2^(k-1) < steps <= 2^k.
+
+        A batch of a power-of-two size and the same batch short of a few items (a
+        vector env's step while some sub-envs reset) share a class, and its measurements.
+        """
+        return op, max(0, steps - 1).bit_length()
 
     def place(self, size_class: tuple[str, int], can_share: bool = True) -> str:
         """Where a batch of this size class runs: one of :data:`PLACES` (not ``"share"`` unless ``can_share``).
 
         In ``"auto"`` mode each place is measured :data:`FIRST_SAMPLES` times,
         in turns in the order of :data:`PLACES`; then the fastest wins, and
-        every other place is tried again after ``EXPLORE_EVERY * (its time / the
-        fastest's)`` batches (at most ``MAX_EXPLORE_FACTOR * EXPLORE_EVERY``):
-        each figure stays current, and re-measuring a slow place costs about one
-        batch in EXPLORE_EVERY. A forced ``"share"`` mode gives ``"workers"``
+        every other place is tried again after ``EXPLORE_EVERY * r**2`` batches, r
+        being its time ÷ the fastest's (at most ``MAX_EXPLORE_FACTOR``). A close
+        second stays current; a trial costs the (r - 1) batches' worth of time the
+        place loses, so trials cost (r - 1) / r**2 of a batch per EXPLORE_EVERY
+        batches: at most a quarter (r = 2), less the slower the place. (With r in
+        place of r**2 the cost was (r - 1) / r, near a whole batch per
+        EXPLORE_EVERY for each slow place: ~3 % of make_vec's 16-CartPole steps,
+        where the workers and shared places are 3.7-4.4 times slower than here.)
+        A forced ``"share"`` mode gives ``"workers"``
         where it cannot share.
         """
         if self.mode != "auto":
@@ -98,7 +107,7 @@ class Tuner:
             if j == best:
                 continue
             waited = self.waited[key] = self.waited.get(key, 0) + 1
-            every = EXPLORE_EVERY * min(MAX_EXPLORE_FACTOR, speeds[j] / fastest)
+            every = EXPLORE_EVERY * min(MAX_EXPLORE_FACTOR, speeds[j] / fastest) ** 2
             if waited >= every:
                 due.append((waited / every, PLACES[j]))
         if not due:
@@ -111,7 +120,10 @@ class Tuner:
         """Record a batch's wall time per env step at ``place`` (one of :data:`PLACES`).
 
         The first three figures keep their best (first calls pay one-off costs:
-        attaching slabs, warming caches); later ones enter an EMA.
+        attaching slabs, warming caches); later ones enter an EMA, except a
+        figure under half the current one, which replaces it: a place measured
+        while the machine was swamped is re-measured rarely, and must not need
+        dozens of visits to recover.
         """
         key = (*size_class, place)
         old = self.speed.get(key)
@@ -120,6 +132,8 @@ class Tuner:
             self.speed[key] = seconds_per_step
         elif seen <= 3:
             self.speed[key] = min(old, seconds_per_step)
+        elif seconds_per_step < 0.5 * old:
+            self.speed[key] = seconds_per_step
         else:
             self.speed[key] = 0.7 * old + 0.3 * seconds_per_step
 
