@@ -26,11 +26,13 @@ def _rate(env: Any, decisions: int) -> float:
     return float(episode.decisions_per_second)
 
 
-def bench_mcts(repeats: int, quick: bool, workers: int) -> list[str]:
+def bench_mcts(repeats: int, quick: bool, workers: int, decisions: int | None = None, warmup: int = 6) -> list[str]:
+    """The suite's lines: ``decisions`` per run (default 16, 3 with ``quick``) after ``warmup`` untimed ones."""
     import plan_parallel as pp
     from plan_parallel.bench_process import parallel_ceiling
 
-    decisions = 3 if quick else 16
+    if decisions is None:
+        decisions = 3 if quick else 16
     envs: dict[str, Any] = {}
     lines = [
         f"MCTS on {ENV_ID} (its preset: 32 simulations, 16 leaves per batch, rollouts of depth 20), "
@@ -41,7 +43,7 @@ def bench_mcts(repeats: int, quick: bool, workers: int) -> list[str]:
         envs["inline"] = pp.make(ENV_ID, backend="inline")
         envs[f"process W={workers}"] = pp.make(ENV_ID, backend="process", n_workers=workers)
         for env in envs.values():
-            _rate(env, 6)  # warm-up: the process backend measures each place 3 times per batch size first
+            _rate(env, warmup)  # the process backend measures each place 3 times per batch size first
         rates: dict[str, list[float]] = {k: [] for k in envs}
         for _ in range(repeats):
             for k, env in envs.items():

@@ -41,7 +41,9 @@ def _runner(venv: Any, actions: np.ndarray) -> Callable[[], float]:
     return run
 
 
-def bench_vector(repeats: int, quick: bool, workers: int) -> list[str]:
+def bench_vector(repeats: int, quick: bool, workers: int,
+                 cases: list[tuple[str, str, dict[str, Any], int, int, int]] | None = None) -> list[str]:
+    """The suite's lines; ``cases`` replaces :data:`CASES` (the tests run a small one)."""
     import gymnasium as gym
 
     import plan_parallel as pp
@@ -55,7 +57,7 @@ def bench_vector(repeats: int, quick: bool, workers: int) -> list[str]:
         f"parallel ceiling now: {workers} busy processes run {parallel_ceiling(workers):.2f}x one",
         f"{'env':<16} {'vector env':<28} {'steps/s':>10} {'x Sync':>7} {'x Async':>8}",
     ]
-    for label, env_id, kw, n_envs, steps, quick_steps in CASES:
+    for label, env_id, kw, n_envs, steps, quick_steps in CASES if cases is None else cases:
         n_steps = quick_steps if quick else steps
         fns = [EnvFactory(env_id, kw) for _ in range(n_envs)]
         venvs: dict[str, Any] = {}
