@@ -59,9 +59,11 @@ class VectorAttrs:
 
     def _record_frame(self, i: int, state: State, reset: bool) -> None:
         """With ``rgb_array_list``: the frame of sub-env ``i`` in ``state`` joins its list (a reset clears it first)."""
+        if self._frames is None:  # no rgb_array_list rendering: nothing to record
+            return
         group = self._recipes.of(i)
         collector = group.collector
-        if self._frames is None or collector is None:
+        if collector is None:
             return
         if reset and collector.reset_clean:
             self._frames[i] = []

@@ -271,8 +271,7 @@ class VectorCore(VectorAttrs, VectorEnv):  # type: ignore[misc]  # np_random(_se
         self._states[i] = state
         self._env_obs[i] = state.obs
         self._started[i] = True
-        if self._frames is not None:  # rgb_array_list rendering
-            self._record_frame(i, state, reset)
+        self._record_frame(i, state, reset)
 
     def _batched_obs(self, step: Step | None = None, batch: Any = None) -> Any:
         """The N sub-envs' observations, batched.

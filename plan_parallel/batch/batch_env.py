@@ -345,9 +345,8 @@ class BatchEnv:
                        policy: Callable[[Any, np.random.Generator], Any] | None, seeds: Any, return_all: bool,
                        waited_in_full: bool) -> BatchFuture:
         self._check_open()
-        current = self._current() if states is None else None
-        job = rollout_job(self.action_space, self.kind, self.reseedable, current, states, actions, dt, horizon, policy,
-                          seeds, return_all)
+        job = rollout_job(self.action_space, self.kind, self.reseedable, self._current, states, actions, dt, horizon,
+                          policy, seeds, return_all)
         return self._placement.submit(job, waited_in_full)
 
     # ------------------------------------------------------------------ closing

@@ -63,16 +63,17 @@ def checked_job(kind: str, actions: Any, states: Sequence[State], dt: int, valid
     return Job(len(states), _owned_actions(actions), list(states), dt, None, validated=validated)
 
 
-def rollout_job(space: spaces.Space, kind: str, reseedable: bool, current: State | None,
+def rollout_job(space: spaces.Space, kind: str, reseedable: bool, current: Callable[[], State],
                 states: Sequence[State] | None, actions: Any, dt: Any, horizon: int | None,
                 policy: Callable[[Any, np.random.Generator], Any] | None, seeds: Any, return_all: bool) -> Job:
-    """A rollout_batch's job (``current`` is every item's start when ``states`` is None).
+    """A rollout_batch's job (``current()`` is every item's start when ``states`` is None).
 
     Raises:
         ValueError/TypeError/StateError: as :meth:`PlanEnv.rollout_batch`.
     """
+    start = current() if states is None else None
     req = check_rollout(space, kind, None, states, actions, dt, horizon=horizon, policy=policy, seeds=seeds,
-                        return_all=return_all, current=current, reseedable=reseedable)
+                        return_all=return_all, current=start, reseedable=reseedable)
     if req.actions is None and req.policy is None:
         UniformPolicy(space)  # the space has a sampler, or this raises before sending
     acts = req.actions
@@ -80,4 +81,4 @@ def rollout_job(space: spaces.Space, kind: str, reseedable: bool, current: State
         acts = acts.copy() if isinstance(acts, np.ndarray) else [list(a) for a in acts]
     spec = RolloutSpec(req.horizon, req.policy_blob, req.return_all)
     states_list = None if req.states is None else list(req.states)
-    return Job(req.n, acts, states_list, _owned(req.dt), _owned(req.seeds), current, spec, req.policy)
+    return Job(req.n, acts, states_list, _owned(req.dt), _owned(req.seeds), start, spec, req.policy)

@@ -293,23 +293,24 @@ def direct_step(env: Any) -> Callable[[Any], tuple]:
     inner, full = e.step, env.step
     checked = [w.__dict__ for w in gates if type(w) is gym.wrappers.PassiveEnvChecker]
     ordered = [w.__dict__ for w in gates if type(w) is gym.wrappers.OrderEnforcing]
-    latch = [False]  # the gates, once open, stay open (gymnasium never closes them)
+    opened = False  # the gates, once open, stay open (gymnasium never closes them)
 
     def gates_open() -> bool:
-        latch[0] = all(d["_has_reset"] for d in ordered) and all(
+        nonlocal opened
+        opened = all(d["_has_reset"] for d in ordered) and all(
             d["checked_step"] and d["checked_data_reuse"] for d in checked)
-        return latch[0]
+        return opened
 
     if not limits:
         def step(action: Any) -> tuple:
-            return inner(action) if latch[0] or gates_open() else full(action)
+            return inner(action) if opened or gates_open() else full(action)
 
         return step
     (limit,) = limits
     counter = limit.__dict__
 
     def step_with_limit(action: Any) -> tuple:
-        if not (latch[0] or gates_open()):
+        if not (opened or gates_open()):
             return full(action)
         obs, reward, terminated, truncated, info = inner(action)
         n = counter["_elapsed_steps"] = counter["_elapsed_steps"] + 1
