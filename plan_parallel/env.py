@@ -22,8 +22,16 @@ from plan_parallel.inputs import (
     check_seeds,
     check_states,
 )
-from plan_parallel.loops import Policy, RolloutParts, UniformPolicy, run_items, run_rollouts, to_rollout_batch
-from plan_parallel.results import RolloutBatch, StepBatch, share_observations, stack_observations
+from plan_parallel.loops import (
+    Policy,
+    RolloutParts,
+    UniformPolicy,
+    run_items,
+    run_rollouts,
+    run_spread,
+    to_rollout_batch,
+)
+from plan_parallel.results import RolloutBatch, StepBatch, step_batch_of
 from plan_parallel.state import Adapter, State, bind
 
 __all__ = ["EnvFactory", "PlanEnv", "run_items", "run_rollouts"]  # EnvFactory, run_* re-exported
@@ -60,6 +68,7 @@ class PlanEnv:
         self._step = self._adapter.make_step()
         self._state: State | None = None
         self._live_is_current = False  # does the live env hold self._state?
+        self._held: State | None = None  # the state object the live env equals (None: unknown); not restored again
         self._uniform: UniformPolicy | None = None
         self.observation_space = self._env.observation_space
         self.action_space = self._env.action_space
@@ -91,6 +100,7 @@ class PlanEnv:
         if not self._live_is_current and self._state is not None:
             self._adapter.restore(self._state)
             self._live_is_current = True
+        self._held = None  # whoever has the env may step it
         return self._adapter.env  # the env holding the current state (action replay may keep several)
 
     # -------------------------------------------------------------------- helpers
@@ -140,8 +150,9 @@ class PlanEnv:
         seed = check_seed(seed)
         if options is not None and not isinstance(options, dict):
             raise TypeError(f"options must be a dict or None, got {type(options).__name__}")
+        self._held = None
         obs, info = self._adapter.reset(seed, options)
-        self._state = self._adapter.capture(None, obs)
+        self._state = self._held = self._adapter.capture(None, obs)
         self._live_is_current = True
         return self._state, obs, info
 
@@ -170,18 +181,21 @@ class PlanEnv:
         return s, batch[1][0], batch[2][0], batch[3][0], batch[4][0], batch[5][0]
 
     def _timed(self, n: int, loop: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        """Run ``loop(adapter, step, *args, **kwargs)`` over ``n`` items, counting it in :attr:`stats`."""
+        """Run ``loop(adapter, step, *args, **kwargs)`` over ``n`` items, counting it in :attr:`stats`.
+
+        The loop is told the state the env holds (an item from it is not restored); then the last item's end state.
+        """
         t0 = time.perf_counter()
         self._live_is_current = False
-        out = loop(self._adapter, self._step, *args, **kwargs)
+        held, self._held = self._held, None  # unknown until the loop returns (it may raise)
+        out = loop(self._adapter, self._step, *args, held=held, **kwargs)
+        self._held = out[0][-1] if n else held
         self.stats["env_seconds"] += time.perf_counter() - t0
         self.stats["items"] += n
         self.stats["batches"] += 1
         return out
 
-    def _run(
-        self, states: Sequence[State], actions: Any, dt: int | np.ndarray, seeds: np.ndarray | None = None
-    ) -> tuple:
+    def _run(self, states: Sequence[State], actions: Any, dt: int | np.ndarray, seeds: np.ndarray | None = None) -> tuple:
         return self._timed(len(states), run_items, states, actions, dt, seeds)
 
     def run_raw(
@@ -260,16 +274,24 @@ class PlanEnv:
         return self._batch(actions, states, dt, seeds)
 
     def _batch(self, actions: Any, states: Sequence[State], dt: int | np.ndarray, seeds: np.ndarray | None) -> StepBatch:
-        out_states, obs, rewards, terms, truncs, infos = self._run(states, actions, dt, seeds)
-        space = self.observation_space
-        return StepBatch(
-            out_states,
-            share_observations(space, out_states, stack_observations(space, obs)),
-            np.array(rewards, dtype=np.float64),
-            np.array(terms, dtype=bool),
-            np.array(truncs, dtype=bool),
-            infos,
-        )
+        return step_batch_of(self.observation_space, self._run(states, actions, dt, seeds))
+
+    @staticmethod
+    def run_each(envs: Sequence[PlanEnv], actions: Any, states: Sequence[State]) -> tuple:
+        """Item j, one step of ``actions[j]`` from checked ``states[j]``, on ``envs[j]`` (one kind); :meth:`run_raw`'s lists.
+
+        For envs each kept at a vector env's sub-env state: an env holding ``states[j]`` steps on without a restore.
+        """
+        kernels: list[tuple[Adapter, Callable[[Any], tuple], State | None]] = []
+        for env in envs:
+            env._check_open()
+            kernels.append((env._adapter, env._step, env._held))
+            env._held = None  # unknown until every item ran (one may raise)
+            env._live_is_current = False
+        out = run_spread(kernels, states, actions)
+        for env, state in zip(envs, out[0]):
+            env._held = state
+        return out
 
     @property
     def reseedable(self) -> bool:
@@ -398,8 +420,9 @@ class PlanEnv:
         """
         self._check_open()
         self._adapter.validate(state)
+        self._held = None
         self._adapter.restore(state)
-        self._state = state
+        self._state = self._held = state
         self._live_is_current = True
 
     def sync_states(self, state: State) -> None:

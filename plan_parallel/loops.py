@@ -28,7 +28,7 @@ from plan_parallel.results import RolloutBatch, stack_observations
 from plan_parallel.state import ActionLog, Adapter, State
 from plan_parallel.state.values import Pickled
 
-__all__ = ["RolloutParts", "UniformPolicy", "item_rng", "run_items", "run_rollouts", "to_rollout_batch"]
+__all__ = ["RolloutParts", "UniformPolicy", "item_rng", "run_items", "run_rollouts", "run_spread", "to_rollout_batch"]
 
 Policy = Callable[[Any, np.random.Generator], Any]
 
@@ -57,6 +57,7 @@ def run_items(
     actions: Any,
     dt: int | np.ndarray,
     seeds: np.ndarray | None = None,
+    held: State | None = None,
 ) -> tuple[list, list, list, list, list, list]:
     """Run N (state, action, dt) items on one env: the work of ``step_batch``.
 
@@ -66,6 +67,11 @@ def run_items(
     Returns plain lists ``(states, observations, rewards, terminations,
     truncations, infos)``; the caller stacks them. On an env error, the
     exception carries the failing item's index as ``_pp_item``.
+
+    ``held`` is the state the env holds now (one it captured and has not moved
+    from since, or None): an item starting from the very object the env holds,
+    or from the state the previous item ended in, is not restored. Capture is
+    complete, so restoring it would set the values the env already has.
     """
     restore, capture = adapter.restore, adapter.capture
     n = len(states)
@@ -78,7 +84,8 @@ def run_items(
     i = 0
     try:
         for i in range(n):
-            restore(states[i])
+            if states[i] is not held:
+                restore(states[i])
             if seeds is not None:
                 adapter.reseed(int(seeds[i]))
             k = dt if isinstance(dt, int) else int(dt[i])
@@ -93,9 +100,45 @@ def run_items(
             truncs[i] = trunc is True or bool(trunc)
             # A copy: the env may reuse its info dict.
             infos[i] = {**info, "n_steps": taken} if info else {"n_steps": taken}
-            out_states[i] = capture(None, obs)
+            out_states[i] = held = capture(None, obs)
     except Exception as e:
         # Which item failed, for the note the caller adds (worker and item).
+        e._pp_item = i  # type: ignore[attr-defined]
+        raise
+    return out_states, out_obs, rewards, terms, truncs, infos
+
+
+def run_spread(
+    kernels: Sequence[tuple[Adapter, Callable[[Any], tuple], State | None]], states: Sequence[State], actions: Any
+) -> tuple[list, list, list, list, list, list]:
+    """Run item i, one step of ``actions[i]`` from ``states[i]``, on its own env: ``kernels[i]``.
+
+    Each kernel is ``(adapter, step, held)``, ``held`` being the state its env
+    holds now (see :func:`run_items`): an env kept at its item's state steps on
+    without a restore. Returns :func:`run_items`' lists; on an env error the
+    exception carries the failing item's index as ``_pp_item``.
+    """
+    n = len(states)
+    out_states: list = [None] * n
+    out_obs: list = [None] * n
+    rewards: list = [0.0] * n
+    terms: list = [False] * n
+    truncs: list = [False] * n
+    infos: list = [None] * n
+    i = 0
+    try:
+        for i in range(n):
+            adapter, step, held = kernels[i]
+            if states[i] is not held:
+                adapter.restore(states[i])
+            obs, r, term, trunc, info = step(actions[i])
+            rewards[i] = float(r)
+            out_obs[i] = obs
+            terms[i] = term is True or bool(term)
+            truncs[i] = trunc is True or bool(trunc)
+            infos[i] = {**info, "n_steps": 1} if info else {"n_steps": 1}
+            out_states[i] = adapter.capture(None, obs)
+    except Exception as e:
         e._pp_item = i  # type: ignore[attr-defined]
         raise
     return out_states, out_obs, rewards, terms, truncs, infos
@@ -133,6 +176,7 @@ def run_rollouts(
     seeds: np.ndarray | None = None,
     first_index: int = 0,
     return_all: bool = False,
+    held: State | None = None,
 ) -> RolloutParts:
     """Roll out N action sequences of ``horizon`` steps on one env: the work of ``rollout_batch``.
 
@@ -155,6 +199,7 @@ def run_rollouts(
         first_index: the index of ``states[0]`` in the caller's batch (for the
             policy RNG without seeds).
         return_all: also return the state and observation after every step.
+        held: the state the env holds now, or None (see :func:`run_items`).
 
     Raises:
         Exception: whatever the env or the policy raised, carrying the failing
@@ -175,7 +220,8 @@ def run_rollouts(
     try:
         for i in range(n):
             start = states[i]
-            restore(start)
+            if start is not held:
+                restore(start)
             seed = None if seeds is None else int(seeds[i])
             if seed is not None:
                 adapter.reseed(seed)
@@ -201,9 +247,9 @@ def run_rollouts(
                 s_row.extend([s_row[-1]] * pad)
                 o_row.extend([o_row[-1]] * pad)
                 all_states[i], all_obs[i] = s_row, o_row  # type: ignore[index]
-                out_states[i] = s_row[-1]
+                out_states[i] = held = s_row[-1]
             else:
-                out_states[i] = capture(None, obs)
+                out_states[i] = held = capture(None, obs)
             out_obs[i] = obs
             terms[i] = bool(term)
             truncs[i] = bool(trunc)

@@ -9,7 +9,7 @@ from gymnasium import spaces
 
 from plan_parallel.state import State
 
-__all__ = ["RolloutBatch", "StepBatch", "share_observations", "stack_observations"]
+__all__ = ["RolloutBatch", "StepBatch", "share_observations", "stack_observations", "step_batch_of"]
 
 
 class StepBatch(NamedTuple):
@@ -104,3 +104,17 @@ def stack_observations(space: spaces.Space, obs: list) -> Any:
     if not obs:
         return out  # concatenate cannot stack zero items
     return concatenate(space, obs, out)
+
+
+def step_batch_of(space: spaces.Space, lists: tuple) -> StepBatch:
+    """The StepBatch of a loop's plain lists ``(states, observations, rewards, terminations, truncations,
+    infos)`` (see :func:`plan_parallel.loops.run_items`), its observations the states' own rows."""
+    out_states, obs, rewards, terms, truncs, infos = lists
+    return StepBatch(
+        out_states,
+        share_observations(space, out_states, stack_observations(space, obs)),
+        np.array(rewards, dtype=np.float64),
+        np.array(terms, dtype=bool),
+        np.array(truncs, dtype=bool),
+        infos,
+    )

@@ -12,6 +12,12 @@ outside the state changed by ``set_attr``) are stepped by one planning env per
 distinct recipe, each with its own workers (:mod:`plan_parallel.vector_groups`);
 a step sends each group's items to its planning env and gathers them back.
 
+A step that runs in this process (the inline backend, or a step the process
+or Ray backend judges too small for the workers, or this process's share of
+one) steps each sub-env on an env of its own kept at its state, which steps on
+without a restore (:mod:`plan_parallel.vector_residents`); the states are
+captured all the same, so where a step runs never changes its result.
+
 Resets run on an inline env in this process, restored to the sub-env's state
 first: a reset without a seed then continues the sub-env's own RNG, as each
 sub-env of ``gymnasium.vector.SyncVectorEnv`` does. Observations, rewards, flags
@@ -36,6 +42,7 @@ from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import concatenate
 
 from plan_parallel.errors import WaitTimeoutError
+from plan_parallel.interrupts import ctrl_c_deferred
 from plan_parallel.results import StepBatch
 from plan_parallel.state import State
 from plan_parallel.vector_core import Received, Step, VectorCore, empty_batch
@@ -94,13 +101,23 @@ class PlanVectorEnv(VectorCore):
             return Done(StepBatch([], None, empty, empty.astype(np.bool_), empty.astype(np.bool_), []))
         states = self._states
         if len(self._recipes.groups) == 1:
-            return self._recipes.groups[0].submit(
-                actions, states if len(ids) == len(states) else [states[i] for i in ids], wait)
+            sub_states = list(states) if len(ids) == len(states) else [states[i] for i in ids]  # as they are now
+            return self._recipes.groups[0].submit(actions, sub_states, wait, self._here(ids, actions, sub_states))
         futures = []
         for group, pos in self._recipes.split(ids):  # on an error the parts submitted run on, and their results are dropped
             sub = actions[pos] if isinstance(actions, np.ndarray) else [actions[p] for p in pos]
-            futures.append((pos, group.submit(sub, [states[i] for i in ids[pos]])))
+            sub_states = [states[i] for i in ids[pos]]
+            futures.append((pos, group.submit(sub, sub_states, False, self._here(ids[pos], sub, sub_states))))
         return GatheredStep(futures, len(ids), self.single_observation_space)
+
+    def _here(self, ids: np.ndarray, actions: Any,
+              states: Sequence[State | None]) -> Callable[[int, int], tuple] | None:
+        """How items lo..hi of the step of sub-envs ``ids`` run in this process: on their resident envs
+        (None: on the local env)."""
+        residents = self._residents
+        if residents is None:
+            return None
+        return lambda lo, hi: residents.run(ids[lo:hi], actions[lo:hi], states[lo:hi])
 
     def _start(self, actions: Any, ids: np.ndarray, wait: bool = False) -> tuple[Any, np.ndarray, dict]:
         """Submit the step of sub-envs ``ids`` with their checked ``actions``; NEXT_STEP resets run meanwhile
@@ -200,9 +217,10 @@ class PlanVectorEnv(VectorCore):
             for info in results[i][1]:
                 if info:  # an empty info adds nothing (gymnasium's _add_info loops over its keys)
                     infos = self._add_info(infos, info, i)
-        for i in range(n):
-            self._commit(i, results[i][0], results[i][2])
-        self._autoreset = terms | truncs
+        with ctrl_c_deferred():  # every sub-env commits, or none does
+            for i in range(n):
+                self._commit(i, results[i][0], results[i][2])
+            self._autoreset = terms | truncs
         return self._batched_obs(step, batch), rewards, terms, truncs, infos
 
     def step(self, actions: Any) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict]:
@@ -268,17 +286,18 @@ class PlanVectorEnv(VectorCore):
             except BaseException:
                 self._drop(step)
                 raise
-            self._sent.remove(step)
             rows = {i: j for j, i in enumerate(step.ids.tolist())}
-            for i in ids:
-                state, add, was_reset = results[i]
-                j = rows.get(i)
-                reward, term, trunc = (0.0, False, False) if j is None else (
-                    float(batch.rewards[j]), bool(batch.terminations[j]), bool(batch.truncations[j]))
-                self._commit(i, state, was_reset)
-                self._autoreset[i] = term or trunc
-                self._in_flight[i] = False
-                self._ready[i] = (state.obs, reward, term, trunc, add)
+            with ctrl_c_deferred():  # every sub-env of the part commits, or none does
+                self._sent.remove(step)
+                for i in ids:
+                    state, add, was_reset = results[i]
+                    j = rows.get(i)
+                    reward, term, trunc = (0.0, False, False) if j is None else (
+                        float(batch.rewards[j]), bool(batch.terminations[j]), bool(batch.truncations[j]))
+                    self._commit(i, state, was_reset)
+                    self._autoreset[i] = term or trunc
+                    self._in_flight[i] = False
+                    self._ready[i] = (state.obs, reward, term, trunc, add)
 
     def _drop(self, step: Step) -> None:
         """Forget a failed part: its sub-envs keep their states and can be sent again."""

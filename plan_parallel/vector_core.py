@@ -19,6 +19,7 @@ from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_differing_spaces, batch_space, concatenate, create_empty_array
 
 from plan_parallel.errors import ClosedError, StateError
+from plan_parallel.interrupts import ctrl_c_deferred
 from plan_parallel.state import State
 from plan_parallel.vector_attrs import VectorAttrs
 from plan_parallel.vector_fns import check_env_fns, is_env_fns
@@ -33,6 +34,7 @@ from plan_parallel.vector_inputs import (
     is_array_space,
     is_int,
 )
+from plan_parallel.vector_residents import Residents
 
 __all__ = ["Received", "Step", "VectorCore", "empty_batch"]
 
@@ -173,6 +175,8 @@ class VectorCore(VectorAttrs, VectorEnv):  # type: ignore[misc]  # np_random(_se
         self._env_obs: list[Any] = [None] * n
         self._observations = empty_batch(self.single_observation_space, n, np.zeros)  # copy=False
         self._autoreset = np.zeros(n, dtype=np.bool_)
+        # Each sub-env's own env for the steps run here (not with frames rendered at every step).
+        self._residents = None if self.render_mode in ("human", "rgb_array_list") else Residents(self._recipes, n)
         self._pending: Step | None = None  # step_async's step, until step_wait
         self._sent: list[Step] = []  # send's steps in flight
         self._in_flight = np.zeros(n, dtype=np.bool_)  # sent, not yet done
@@ -338,10 +342,11 @@ class VectorCore(VectorAttrs, VectorEnv):  # type: ignore[misc]  # np_random(_se
             seed_used[i] = self._last_seed
             done.append((i, state))
             infos = self._add_info(infos, info, i)
-        for i, state in done:
-            self._commit(i, state, True)
-            self._record_seed(i, seed_used[i])
-            self._autoreset[i] = False
+        with ctrl_c_deferred():  # every sub-env commits, or none does
+            for i, state in done:
+                self._commit(i, state, True)
+                self._record_seed(i, seed_used[i])
+                self._autoreset[i] = False
         return self._batched_obs(), infos
 
     # ------------------------------------------------------------------ states
@@ -381,17 +386,24 @@ class VectorCore(VectorAttrs, VectorEnv):  # type: ignore[misc]  # np_random(_se
         flags = check_autoreset_flags(autoreset, len(ids))
         if self.autoreset_mode == AutoresetMode.SAME_STEP and flags.any():
             raise ValueError("autoreset=True has no meaning in SAME_STEP mode (ended sub-envs reset at once)")
-        for j, i in enumerate(ids.tolist()):
-            self._commit(i, states[j], True)
-            self._autoreset[i] = flags[j]
+        with ctrl_c_deferred():  # every sub-env commits, or none does
+            for j, i in enumerate(ids.tolist()):
+                self._commit(i, states[j], True)
+                self._autoreset[i] = flags[j]
         if not self.copy:
             concatenate(self.single_observation_space, self._env_obs, self._observations)
 
     # ------------------------------------------------------------------ closing
     def close_extras(self, **kwargs: Any) -> None:
-        """Drop what is in flight and close every recipe group (its planning env and this process's env)."""
+        """Drop what is in flight and close every recipe group (its planning env and this process's env)
+        and every resident env."""
         self._drop_in_flight()
-        self._recipes.close()
+        try:
+            self._recipes.close()
+        finally:
+            residents = getattr(self, "_residents", None)  # None too when construction failed before it
+            if residents is not None:
+                residents.close()
 
     def __enter__(self) -> Self:
         return self

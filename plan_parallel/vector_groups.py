@@ -40,7 +40,7 @@ from plan_parallel.env import PlanEnv
 from plan_parallel.errors import StateError, WorkerTimeoutError
 from plan_parallel.factory import EnvFactory
 from plan_parallel.inputs import check_kind, check_states
-from plan_parallel.results import StepBatch
+from plan_parallel.results import StepBatch, step_batch_of
 from plan_parallel.state import State
 from plan_parallel.vector_inputs import is_array_space
 
@@ -138,13 +138,21 @@ class Group:
         self.local_used = False
         self.collector = render_collection(local.gym_env)
 
-    def submit(self, actions: Any, states: Sequence[Any], wait: bool = False) -> Any:
+    def submit(self, actions: Any, states: Sequence[Any], wait: bool = False,
+               here: Callable[[int, int], tuple] | None = None) -> Any:
         """A future of ``plan.step_batch(actions, states)``; the inline backend runs it now, and so
-        does ``wait`` (a ``step_batch`` call, which this process may share with the workers)."""
+        does ``wait`` (a ``step_batch`` call, which this process may share with the workers).
+
+        ``here(lo, hi)`` runs items lo..hi in this process instead of the local env, when they run here.
+        """
         # The vector env checked the actions, and its sub-env states were validated when they entered it.
-        if wait or isinstance(self.plan, PlanEnv):  # the inline backend: plan is local
+        if isinstance(self.plan, PlanEnv):  # the inline backend: plan is local
+            if here is not None:
+                return Done(step_batch_of(self.plan.observation_space, here(0, len(states))))
             return Done(self.plan.step_batch_checked(actions, states, 1, validated=True))
-        return self.plan.step_batch_checked_async(actions, states, 1, validated=True)
+        if wait:
+            return Done(self.plan.step_batch_checked(actions, states, 1, validated=True, here=here))
+        return self.plan.step_batch_checked_async(actions, states, 1, validated=True, here=here)
 
     def close(self) -> None:
         """Close the planning env and the env in this process."""

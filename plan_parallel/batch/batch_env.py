@@ -293,21 +293,25 @@ class BatchEnv:
                 empty.astype(bool), []))
         return self._placement.submit(job, waited_in_full)
 
-    def step_batch_checked(self, actions: Any, states: Sequence[State], dt: int = 1, *,
-                           validated: bool = False) -> StepBatch:
+    def step_batch_checked(self, actions: Any, states: Sequence[State], dt: int = 1, *, validated: bool = False,
+                           here: Callable[[int, int], tuple] | None = None) -> StepBatch:
         """:meth:`step_batch` of N canonical actions (see :mod:`plan_parallel.inputs`) and N states of this env's kind.
 
         ``validated``: the states were validated against this env already (a vector
-        env's sub-env states): only the workers check them again.
+        env's sub-env states): only the workers check them again. ``here(lo, hi)``:
+        how items lo..hi run in this process (the whole batch placed here, or this
+        process's share of it) instead of on the local env, with ``run_raw``'s lists
+        back; it must give the same results (a vector env's sub-envs kept at their
+        states by envs of their own).
         """
         self._check_open()
-        return self._wait(self._placement.submit(checked_job(self.kind, actions, states, dt, validated), True))
+        return self._wait(self._placement.submit(checked_job(self.kind, actions, states, dt, validated, here), True))
 
-    def step_batch_checked_async(self, actions: Any, states: Sequence[State], dt: int = 1, *,
-                                 validated: bool = False) -> BatchFuture:
+    def step_batch_checked_async(self, actions: Any, states: Sequence[State], dt: int = 1, *, validated: bool = False,
+                                 here: Callable[[int, int], tuple] | None = None) -> BatchFuture:
         """:meth:`step_batch_checked`, sent at once (see :meth:`step_batch_async`)."""
         self._check_open()
-        return self._placement.submit(checked_job(self.kind, actions, states, dt, validated), False)
+        return self._placement.submit(checked_job(self.kind, actions, states, dt, validated, here), False)
 
     def rollout_batch(
         self,

@@ -52,7 +52,8 @@ def step_job(space: spaces.Space, kind: str, reseedable: bool, current: Callable
     return Job(n, _owned_actions(actions), states, _owned(dt), _owned(seeds), start)
 
 
-def checked_job(kind: str, actions: Any, states: Sequence[State], dt: int, validated: bool) -> Job:
+def checked_job(kind: str, actions: Any, states: Sequence[State], dt: int, validated: bool,
+                here: Callable[[int, int], tuple] | None = None) -> Job:
     """The job of N canonical actions and N states (see :meth:`BatchEnv.step_batch_checked`).
 
     Unless ``validated``, the states' kind is checked here, as :func:`step_job` checks it
@@ -60,7 +61,7 @@ def checked_job(kind: str, actions: Any, states: Sequence[State], dt: int, valid
     """
     if not validated:
         states = check_states(states, kind, len(actions), None)
-    return Job(len(states), _owned_actions(actions), list(states), dt, None, validated=validated)
+    return Job(len(states), _owned_actions(actions), list(states), dt, None, validated=validated, here=here)
 
 
 def rollout_job(space: spaces.Space, kind: str, reseedable: bool, current: Callable[[], State],

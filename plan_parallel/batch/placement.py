@@ -29,16 +29,19 @@ from plan_parallel.batch.pool import WorkerPool
 from plan_parallel.batch.tuner import Tuner
 from plan_parallel.env import PlanEnv
 from plan_parallel.interrupts import ctrl_c_deferred
+from plan_parallel.results import step_batch_of
 from plan_parallel.wire.codec import Job
 
 __all__ = ["Placement", "run_chunk"]
 
 
 def run_chunk(env: PlanEnv, job: Job, lo: int, hi: int) -> Any:
-    """Items ``lo..hi`` of ``job`` on ``env``: ``run_raw``'s lists, or ``rollout_raw``'s parts.
+    """Items ``lo..hi`` of ``job`` on ``env`` (or the job's own way here): ``run_raw``'s lists, or ``rollout_raw``'s parts.
 
     The states are checked as a worker checks them (errors name the item's index in the batch).
     """
+    if job.here is not None:
+        return job.here(lo, hi)
     states = job.states_of(lo, hi)
     if not job.validated:
         env.validate_all(states, lo, job.index_errors)
@@ -122,7 +125,9 @@ class Placement:
 
     @staticmethod
     def run_here(local: PlanEnv, job: Job) -> Any:
-        """The whole of ``job`` on ``local``: its StepBatch or RolloutBatch."""
+        """The whole of ``job`` on ``local`` (or its own way here): its StepBatch or RolloutBatch."""
+        if job.here is not None:
+            return step_batch_of(local.observation_space, job.here(0, job.n))
         states = job.states_of(0, job.n)
         if job.rollout is None:
             return local.step_batch_checked(job.actions, states, job.dt, job.seeds, job.index_errors,

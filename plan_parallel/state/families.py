@@ -35,7 +35,8 @@ class RestoredZero(int):
     warning "You are calling 'step()' even though this environment has already
     returned terminated = True". Search steps terminal states on purpose; a
     state the user steps themselves (``reset``, then the gymnasium env) still warns.
-    Never leaves the env: :meth:`ClassicControlAdapter.get_sim` reads it back as 0.
+    Never leaves the env: :meth:`ClassicControlAdapter.get_sim` reads it back as 0, and a
+    capture of a plain 0 marks the env so (it may step on from that state without a restore).
     """
 
     def __eq__(self, other: object) -> bool:
@@ -83,7 +84,11 @@ class ClassicControlAdapter(Adapter):
 
             def get_extra() -> Any:
                 v = d["steps_beyond_terminated"]
-                return 0 if v is RESTORED_ZERO else v
+                if v is RESTORED_ZERO:
+                    return 0
+                if type(v) is int and v == 0:  # the env may step on from this captured state, as if restored
+                    d["steps_beyond_terminated"] = RESTORED_ZERO
+                return v
 
             def set_extra(v: Any) -> None:
                 # A restored terminal state steps without CartPole's "already returned

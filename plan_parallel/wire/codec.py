@@ -74,6 +74,9 @@ class Job:
         index_errors: a malformed state's error names its index (False for ``step``'s one state).
         validated: the states were validated against the env already (a vector env's own): a chunk
             run in the calling process does not check them again (a worker still does).
+        here: ``here(lo, hi)`` runs items lo..hi in the calling process instead of on its local env
+            (lists as ``PlanEnv.run_raw``): a vector env's sub-envs, each kept at its state by an env
+            of its own, for a batch placed here or the share of a batch this process runs.
     """
 
     n: int
@@ -86,6 +89,7 @@ class Job:
     policy: Any = None
     index_errors: bool = True
     validated: bool = False
+    here: Callable[[int, int], tuple] | None = None
 
     @property
     def op(self) -> Op:

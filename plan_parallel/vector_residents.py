@@ -1,0 +1,66 @@
+"""Resident envs of :class:`~plan_parallel.vector.PlanVectorEnv`: one env in this process per sub-env.
+
+A vector step that runs in this process (the inline backend; the process and
+Ray backends when they judge a step too small for the workers) steps each
+sub-env on an env of its own, left at the sub-env's state after the step. At
+the next step that env holds the very state object the vector env kept, so it
+steps on without a restore (:meth:`PlanEnv.run_each`); as SyncVectorEnv does,
+but with every state still captured, so ``get_states``, the workers and a
+replay after a worker's death see the same states as before.
+
+A sub-env whose state came from elsewhere (a step on the workers, a reset,
+``set_states``) is restored first: the results never depend on which env ran
+it. The envs are built on first use, from the sub-env's recipe (its group's
+overrides included), and rebuilt when ``set_attr`` moves it to another recipe.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from plan_parallel.env import PlanEnv
+from plan_parallel.state import State
+from plan_parallel.vector_groups import Group, RecipeGroups
+
+__all__ = ["Residents"]
+
+
+class Residents:
+    """Sub-env i's own env in this process (built on first use), for the steps that run here."""
+
+    def __init__(self, recipes: RecipeGroups, n: int) -> None:
+        self.recipes = recipes
+        self.envs: list[PlanEnv | None] = [None] * n
+        self.built_for: list[Group | None] = [None] * n  # the group whose recipe built envs[i]
+
+    def env(self, i: int) -> PlanEnv:
+        """Sub-env ``i``'s env, built (or rebuilt, after its recipe changed) as needed."""
+        group = self.recipes.of(i)
+        env = self.envs[i]
+        if env is None or self.built_for[i] is not group:
+            self.envs[i] = None
+            if env is not None:
+                env.close()
+            env = self.envs[i] = self.recipes.new_sub(i)
+            self.built_for[i] = group
+        return env
+
+    def run(self, ids: np.ndarray, actions: Any, states: Sequence[State | None]) -> tuple:
+        """One step of sub-envs ``ids`` from ``states`` with their checked ``actions``, each on its own env;
+        lists as :meth:`PlanEnv.run_raw`."""
+        return PlanEnv.run_each([self.env(i) for i in ids.tolist()], actions, states)  # type: ignore[arg-type]  # started
+
+    def close(self) -> None:
+        """Close every env built (each is tried; the first error raises after all were)."""
+        envs, self.envs = self.envs, [None] * len(self.envs)
+        error: BaseException | None = None
+        for env in envs:
+            if env is not None:
+                try:
+                    env.close()
+                except BaseException as exc:
+                    error = error or exc
+        if error is not None:
+            raise error
