@@ -151,3 +151,32 @@ def test_a_ctrl_c_in_a_step_leaves_all_or_nothing_and_the_next_steps_exact(
                 _same(vec.step(acts[2]), outs[2], f"step 2 again after line event {at}")
             _same(vec.step(acts[3]), outs[3], f"step 3 after line event {at}")
     assert interrupted >= len(sample(counter.lines, 16)) // 2
+
+
+@pytest.mark.timeout(30)
+def test_ctrl_c_deferred_holds_a_real_sigint_until_the_block_ends(ctrl_c_raises: None) -> None:  # noqa: F811
+    """The guard of every commit: a SIGINT inside the block is raised right after it, the handler is restored,
+    and off the main thread the block changes nothing."""
+    import os
+    import signal
+    import threading
+
+    from plan_parallel.interrupts import ctrl_c_deferred
+
+    before = signal.getsignal(signal.SIGINT)
+    reached_end = False
+    with pytest.raises(KeyboardInterrupt):
+        with ctrl_c_deferred():
+            os.kill(os.getpid(), signal.SIGINT)
+            for _ in range(1000):  # handlers run between bytecodes: plenty of chances to raise too early
+                pass
+            reached_end = True
+    assert reached_end
+    assert signal.getsignal(signal.SIGINT) is before
+    with ctrl_c_deferred():
+        pass  # nothing came: nothing raised
+    seen: list = []
+    worker = threading.Thread(target=lambda: seen.append(ctrl_c_deferred().__enter__()))
+    worker.start()
+    worker.join(5)
+    assert seen == [None] and signal.getsignal(signal.SIGINT) is before
