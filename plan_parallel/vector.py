@@ -232,8 +232,14 @@ class PlanVectorEnv(VectorCore):
         Raises:
             As :meth:`step_async` and :meth:`step_wait`. On an error no sub-env changed.
         """
-        self._send_step(actions, "step", True)
-        return self.step_wait()
+        before = self._pending  # a step_async's: _send_step refuses to start another
+        try:
+            self._send_step(actions, "step", True)
+            return self.step_wait()
+        except BaseException:
+            if self._pending is not before:  # this call's step, interrupted between sending and waiting
+                self._pending = None
+            raise
 
     # ------------------------------------------------------------------ partial gather
     def send(self, actions: Any, env_ids: Any) -> None:
