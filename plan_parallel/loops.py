@@ -50,6 +50,11 @@ def _act(step: Callable[[Any], tuple], action: Any, k: int) -> tuple[Any, float,
     return obs, total, term, trunc, info, taken
 
 
+def _item_lists(n: int) -> tuple[list, list, list, list, list, list]:
+    """The six per-item lists a step loop fills: states, observations, rewards, terminations, truncations, infos."""
+    return [None] * n, [None] * n, [0.0] * n, [False] * n, [False] * n, [None] * n
+
+
 def run_items(
     adapter: Adapter,
     step: Callable[[Any], tuple],
@@ -75,12 +80,7 @@ def run_items(
     """
     restore, capture = adapter.restore, adapter.capture
     n = len(states)
-    out_states: list = [None] * n
-    out_obs: list = [None] * n
-    rewards: list = [0.0] * n
-    terms: list = [False] * n
-    truncs: list = [False] * n
-    infos: list = [None] * n
+    out_states, out_obs, rewards, terms, truncs, infos = _item_lists(n)
     i = 0
     try:
         for i in range(n):
@@ -119,12 +119,7 @@ def run_spread(
     exception carries the failing item's index as ``_pp_item``.
     """
     n = len(states)
-    out_states: list = [None] * n
-    out_obs: list = [None] * n
-    rewards: list = [0.0] * n
-    terms: list = [False] * n
-    truncs: list = [False] * n
-    infos: list = [None] * n
+    out_states, out_obs, rewards, terms, truncs, infos = _item_lists(n)
     i = 0
     try:
         for i in range(n):

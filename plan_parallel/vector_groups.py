@@ -44,8 +44,8 @@ from plan_parallel.results import StepBatch, step_batch_of
 from plan_parallel.state import State
 from plan_parallel.vector_inputs import is_array_space
 
-__all__ = ["Done", "GatheredStep", "Group", "Recipe", "RecipeGroups", "render_collection", "same_overrides", "same_value",
-           "wait_done"]
+__all__ = ["Done", "GatheredStep", "Group", "Recipe", "RecipeGroups", "close_each", "render_collection", "same_overrides",
+           "same_value", "wait_done"]
 
 
 def same_value(a: Any, b: Any) -> bool:
@@ -377,11 +377,18 @@ class RecipeGroups:
     def close(self) -> None:
         """Close every group (each is tried; the first error raises after all were)."""
         groups, self.groups = self.groups, []
-        error: BaseException | None = None
-        for group in groups:
-            try:
-                group.close()
-            except BaseException as exc:
-                error = error or exc
-        if error is not None:
-            raise error
+        close_each(groups)
+
+
+def close_each(closables: Sequence[Any]) -> None:
+    """``close()`` each of ``closables`` (None entries skipped); the first error raises after all were tried."""
+    error: BaseException | None = None
+    for obj in closables:
+        if obj is None:
+            continue
+        try:
+            obj.close()
+        except BaseException as exc:
+            error = error or exc
+    if error is not None:
+        raise error

@@ -22,7 +22,7 @@ import numpy as np
 
 from plan_parallel.env import PlanEnv
 from plan_parallel.state import State
-from plan_parallel.vector_groups import Group, RecipeGroups
+from plan_parallel.vector_groups import Group, RecipeGroups, close_each
 
 __all__ = ["Residents"]
 
@@ -55,12 +55,4 @@ class Residents:
     def close(self) -> None:
         """Close every env built (each is tried; the first error raises after all were)."""
         envs, self.envs = self.envs, [None] * len(self.envs)
-        error: BaseException | None = None
-        for env in envs:
-            if env is not None:
-                try:
-                    env.close()
-                except BaseException as exc:
-                    error = error or exc
-        if error is not None:
-            raise error
+        close_each(envs)
