@@ -74,9 +74,10 @@ def run_items(
     exception carries the failing item's index as ``_pp_item``.
 
     ``held`` is the state the env holds now (one it captured and has not moved
-    from since, or None): an item starting from the very object the env holds,
-    or from the state the previous item ended in, is not restored. Capture is
-    complete, so restoring it would set the values the env already has.
+    from since, or None): an item starting from the very object the env holds is
+    not restored (capture is complete, so restoring it would set the values the
+    env already has). After each item the env holds that item's end state, so a
+    later item starting from the first held state is restored.
     """
     restore, capture = adapter.restore, adapter.capture
     n = len(states)
@@ -100,7 +101,7 @@ def run_items(
             truncs[i] = trunc is True or bool(trunc)
             # A copy: the env may reuse its info dict.
             infos[i] = {**info, "n_steps": taken} if info else {"n_steps": taken}
-            out_states[i] = held = capture(None, obs)
+            out_states[i] = held = capture(None, obs)  # the env moved on: the old held state is not held now
     except Exception as e:
         # Which item failed, for the note the caller adds (worker and item).
         e._pp_item = i  # type: ignore[attr-defined]
