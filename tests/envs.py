@@ -42,21 +42,28 @@ class CounterEnv(gym.Env):
     """Counts steps; reward = action; terminates when the count reaches ``horizon``.
 
     Observation: ``[count, noise]`` (float32), where ``noise`` is a fresh uniform
-    draw from ``np_random`` at every reset and step.
+    draw from ``np_random`` at every reset and step; with ``obs_size > 2``,
+    followed by ``count + noise`` repeated (large observations, for the
+    machinery that lends them to the caller).
     """
 
     metadata: dict[str, Any] = {"render_modes": []}
 
-    def __init__(self, horizon: int = 10) -> None:
+    def __init__(self, horizon: int = 10, obs_size: int = 2) -> None:
         self.horizon = int(horizon)
+        self.obs_size = int(obs_size)
         self.action_space = spaces.Discrete(3)
-        self.observation_space = spaces.Box(-np.inf, np.inf, shape=(2,), dtype=np.float32)
+        self.observation_space = spaces.Box(-np.inf, np.inf, shape=(self.obs_size,), dtype=np.float32)
         self.count = 0
         self.total = 0
         self.noise = 0.0
 
     def _obs(self) -> np.ndarray:
-        return np.array([self.count, self.noise], dtype=np.float32)
+        if self.obs_size == 2:
+            return np.array([self.count, self.noise], dtype=np.float32)
+        obs = np.full(self.obs_size, self.count + self.noise, dtype=np.float32)
+        obs[:2] = (self.count, self.noise)
+        return obs
 
     def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[np.ndarray, dict]:
         super().reset(seed=seed)
@@ -162,7 +169,7 @@ class FaultyEnv(CounterEnv):
         once_file: when given, the fault triggers only once across all
             processes: the first trigger creates this file (atomically) and
             later triggers behave. For retry tests.
-        horizon: as :class:`CounterEnv`.
+        horizon, obs_size: as :class:`CounterEnv`.
     """
 
     def __init__(
@@ -173,12 +180,13 @@ class FaultyEnv(CounterEnv):
         trigger_seed: int | None = None,
         once_file: str | None = None,
         horizon: int = 10,
+        obs_size: int = 2,
     ) -> None:
         if fault not in FAULTS:
             raise ValueError(f"fault must be one of {FAULTS}, got {fault!r}")
         if phase not in PHASES:
             raise ValueError(f"phase must be one of {PHASES}, got {phase!r}")
-        super().__init__(horizon=horizon)
+        super().__init__(horizon=horizon, obs_size=obs_size)
         self.fault = fault
         self.phase = phase
         self.trigger_action = int(trigger_action)

@@ -204,13 +204,13 @@ def starts(oracle: pp.PlanEnv) -> list:
 
 
 def interruption_table(kind: str, kill_first: bool, oracle: pp.PlanEnv, starts: list, points: int,
-                       where: str = "workers") -> list[str]:
-    """Run the table for one call kind, its batches run where ``where`` says (a Tuner mode);
-    returns what happened at each point (for the report)."""
+                       where: str = "workers", obs_size: int = 2) -> list[str]:
+    """Run the table for one call kind, its batches run where ``where`` says (a Tuner mode), on the
+    oracle's CounterEnv (``obs_size`` as its); returns what happened at each point (for the report)."""
     rng = np.random.default_rng([KINDS.index(kind), kill_first, SEED])
     seen = []
     kills = 0
-    with BatchEnv(EnvFactory(CounterEnv, {"horizon": 1000}), n_workers=2, max_restarts=1000,
+    with BatchEnv(EnvFactory(CounterEnv, {"horizon": 1000, "obs_size": obs_size}), n_workers=2, max_restarts=1000,
                   tuner=Tuner(2, where, cores=3)) as env:  # a shared batch on both workers too
         env.reset(seed=0)
         counter = Interrupt()
@@ -256,6 +256,32 @@ def test_interrupt_in_a_shared_batch_leaves_the_env_exact(kind: str, kill_first:
                                                           starts: list) -> None:
     """The table again, with batches of 5 or more items shared: some points fall in the chunk run here."""
     seen = interruption_table(kind, kill_first, oracle, starts, POINTS, where="share")
+    assert "interrupted" in seen, "no point interrupted the call: the injector did not reach plan_parallel"
+
+
+LENT_OBS_SIZE = 16384  # 64 KB float32 observations: a batch of 3 or more is lent (wire.leases)
+
+
+@pytest.fixture(scope="module")
+def lent_oracle() -> Any:
+    with pp.make(CounterEnv, backend="inline", horizon=1000, obs_size=LENT_OBS_SIZE) as env:
+        yield env
+
+
+@pytest.fixture(scope="module")
+def lent_starts(lent_oracle: pp.PlanEnv) -> list:
+    s0 = lent_oracle.reset(seed=3)[0]
+    return [s0] + list(lent_oracle.step_batch(np.array([0, 1, 2, 1]), states=[s0] * 4, dt=np.array([1, 2, 3, 4])).states)
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("kill_first", [False, True], ids=["workers-alive", "a-worker-to-replace"])
+@pytest.mark.parametrize("kind", ["step_batch", "future.result"])
+def test_interrupt_with_lent_observations_leaves_the_env_exact(kind: str, kill_first: bool, lent_oracle: pp.PlanEnv,
+                                                               lent_starts: list) -> None:
+    """The table again with observations large enough that workers write them into a slab lent to the
+    batch: an interruption never leaves that slab to another batch while a worker may still write it."""
+    seen = interruption_table(kind, kill_first, lent_oracle, lent_starts, POINTS, obs_size=LENT_OBS_SIZE)
     assert "interrupted" in seen, "no point interrupted the call: the injector did not reach plan_parallel"
 
 

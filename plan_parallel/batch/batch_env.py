@@ -109,7 +109,7 @@ class BatchEnv:
         self._pool = WorkerPool(chosen.new_worker, chosen.worker_type, n, timeout, max_restarts)
         self.stats = self._pool.stats
         self.stats.update({"items": 0, "batches": 0, "inline_batches": 0, "shared_batches": 0, "shared_items": 0,
-                           "ipc_seconds": 0.0})
+                           "ipc_seconds": 0.0, "lent_batches": 0})
         self._placement = Placement(
             self._pool, tuner or Tuner(n, "auto" if small_batch_inline and timeout is None else "workers"),
             lambda: PlanEnv(factory, adapter=adapter), self.stats)

@@ -11,9 +11,12 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
+
 from plan_parallel.batch.future import BatchFuture
 from plan_parallel.batch.parts import Part, Slot, SlotState
-from plan_parallel.wire.codec import encode, out_bytes_guess, split_by_cost
+from plan_parallel.wire.codec import StepGather, encode, out_bytes_guess, split_by_cost
+from plan_parallel.wire.leases import LeasePool, row_layout
 from plan_parallel.wire.messages import Call, ChunkReply, Op
 from plan_parallel.wire.slabs import SlabPool, read_columns
 
@@ -27,10 +30,13 @@ class Feeder:
 
     Args:
         slabs: where shared-memory slabs come from (and go back to).
+        leases: where the slabs lent to batches' large observations come from
+            (:mod:`plan_parallel.wire.leases`); None: workers without shared memory.
     """
 
-    def __init__(self, slabs: SlabPool) -> None:
+    def __init__(self, slabs: SlabPool, leases: LeasePool | None) -> None:
         self.slabs = slabs
+        self.leases = leases
         self.observation_space: Any = None
         self.waiting: deque[BatchFuture] = deque()  # batches with chunks not sent yet, oldest first
         self._out_per_item: dict[Op, int] = {}  # result bytes per item seen so far, per op
@@ -42,6 +48,13 @@ class Feeder:
         fut.pending.extend(split_by_cost(job.dt, job.n, n_chunks))
         if not fut.pending:
             return False
+        layout = None if self.leases is None else row_layout(self.observation_space, job.n)
+        if layout is not None and isinstance(fut.gather, StepGather):
+            dtype, shape = layout
+            lease = self.leases.lease(int(np.prod(shape)) * dtype.itemsize)  # type: ignore[union-attr]
+            rows = lease.array(dtype, shape)
+            fut.gather.lend(rows)
+            fut.lent = (lease, rows)
         self.waiting.append(fut)
         return True
 
@@ -83,8 +96,14 @@ class Feeder:
         if per_out is None:
             first = job.states[lo] if job.states is not None else job.start
             per_out = out_bytes_guess(self.observation_space, first, job)
-        req, slab = encode(job, lo, hi, per_out, self.slabs.acquire if shared_memory else None)
-        return Part(Call(call_id, job.op, (req,)), fut, lo, hi, slab, cost=job.cost(lo, hi), needs=job.start)
+        lent = fut.lent if shared_memory else None
+        obs_to = None if lent is None else (lent[0].slab, lent[1])
+        req, slab = encode(job, lo, hi, per_out, self.slabs.acquire if shared_memory else None, obs_to)
+        part = Part(Call(call_id, job.op, (req,)), fut, lo, hi, slab, cost=job.cost(lo, hi), needs=job.start)
+        if lent is not None:
+            part.lease = lent[0]
+            lent[0].add_writer()
+        return part
 
     def absorb(self, part: Part, reply: ChunkReply) -> None:
         """Copy a chunk's results out of its slab into its batch's gatherer.
@@ -99,16 +118,28 @@ class Feeder:
         part.future.gather.absorb(part.lo, part.hi, reply, cols)  # type: ignore[union-attr]
 
     def release_slab(self, part: Part) -> None:
-        """An answered part's slab goes back to the pool for the next chunk."""
+        """An answered part's slab goes back to the pool for the next chunk (its lease counts it done)."""
         if part.slab is not None:
             slab, part.slab = part.slab, None
             self.slabs.release(slab)
+        if part.lease is not None:
+            lease, part.lease = part.lease, None
+            lease.writer_done(killed=False)
 
     def drop_slab(self, part: Part) -> None:
-        """Forget a part's slab without reusing it: a killed worker may have been writing it."""
+        """Forget a part's slab without reusing it: a killed worker may have been writing it (or its lease)."""
         if part.slab is not None:
             self.slabs.discard(part.slab)
             part.slab = None
+        if part.lease is not None:
+            lease, part.lease = part.lease, None
+            lease.writer_done(killed=True)
+
+    def close(self) -> None:
+        """Free every slab (lent arrays the caller still holds stay readable)."""
+        self.slabs.close()
+        if self.leases is not None:
+            self.leases.close()
 
     def fail_all(self, err: BaseException) -> None:
         for fut in self.waiting:

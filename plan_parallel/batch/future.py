@@ -37,6 +37,7 @@ class BatchFuture:
         self.place = "workers"  # where the tuner sent it (see Tuner.place)
         self.max_workers = 1 << 30  # its chunks go to the first max_workers workers only
         self.on_done: Any = None  # called with the future once every part is answered
+        self.lent: Any = None  # (Lease, rows): the slab its observations are lent in (see wire.leases)
         # A batch shared with the calling process: what result() runs before waiting (it takes
         # chunks from the back of ``pending``), the chunks running here, done here, and their env steps.
         self.helper: Any = None
@@ -76,6 +77,10 @@ class BatchFuture:
         except Exception as e:
             self.fail(e)
             return
+        # Every part is answered: none is sent again. Dropping them breaks the cycle future <-> part, so
+        # the batch (and the slab its observations are lent in) is freed when the caller drops it. Not
+        # before this point: interrupted earlier, all_answered() must still see them to complete it.
+        self.parts = []
         self.finished = True
 
     def fail(self, error: BaseException) -> None:

@@ -45,6 +45,7 @@ class Part:
     lo: int = 0
     hi: int = 0
     slab: Slab | None = None
+    lease: Any = None  # the batch's Lease this part's worker writes observations into (wire.leases)
     cost: int = 0  # env steps at most, for chunk sizing
     needs: State | None = None  # the held state this part starts from (states=None)
     holds: State | None = None  # the state a set_state part leaves the worker holding

@@ -63,7 +63,8 @@ class Placement:
         new_local: builds the local env (on first use).
         stats: the env's telemetry (``batches``, ``items``, ``inline_batches``,
             ``shared_batches``, ``shared_items`` (items of shared batches run here),
-            ``env_seconds``, ``ipc_seconds``), updated in place.
+            ``env_seconds``, ``ipc_seconds``, ``lent_batches`` (batches whose observations the
+            workers wrote into shared memory handed to the caller as is)), updated in place.
     """
 
     def __init__(self, pool: WorkerPool, tuner: Tuner, new_local: Callable[[], PlanEnv], stats: dict) -> None:
@@ -121,6 +122,8 @@ class Placement:
             fut.helper = self.help_with
             self.stats["shared_batches"] += 1
         self.pool.submit(fut, self.tuner.n_chunks(job.n, steps, share=place == "share"))
+        if fut.lent is not None:
+            self.stats["lent_batches"] += 1
         return fut
 
     @staticmethod

@@ -37,6 +37,7 @@ from plan_parallel.batch.parts import START_TIMEOUT, Part, Slot, SlotState
 from plan_parallel.errors import ClosedError, WorkerCrashedError, WorkerTimeoutError
 from plan_parallel.interrupts import ctrl_c_deferred
 from plan_parallel.state import State
+from plan_parallel.wire.leases import LeasePool
 from plan_parallel.wire.messages import READY, Call, Op, Reply, WorkerInfo, reraise
 from plan_parallel.wire.slabs import SlabPool
 
@@ -73,7 +74,7 @@ class WorkerPool:
         self._requeue: list[tuple[int, Part]] = []
         self._step_seconds: float | None = None  # a worker's env seconds per step (EMA), to know when replies are due
         self._ids = READY
-        self.feeder = Feeder(SlabPool())
+        self.feeder = Feeder(SlabPool(), LeasePool() if worker_type.uses_shared_memory else None)
         self.info: WorkerInfo | None = None
         self.stats: dict[str, Any] = {
             "restarts": 0, "timeouts": 0, "busy_seconds": [0.0] * n, "env_seconds": 0.0,
@@ -429,7 +430,7 @@ class WorkerPool:
                     slot.worker.close(max(0.0, deadline - time.monotonic()))
                 slot.state = SlotState.CLOSED
                 slot.queue.clear()
-            self.feeder.slabs.close()
+            self.feeder.close()
             if not self.closed:
                 self.closed = True
                 os.close(self._wake_r)

@@ -136,12 +136,14 @@ def out_bytes_guess(observation_space: spaces.Space, state: State | None, job: J
     return (sim + obs_bytes + ALIGN) * outputs
 
 
-def encode(job: Job, lo: int, hi: int, per_item_out: int, acquire: Callable[[int], Slab] | None) -> tuple[
-        ChunkRequest, Slab | None]:
+def encode(job: Job, lo: int, hi: int, per_item_out: int, acquire: Callable[[int], Slab] | None,
+           obs_to: tuple[Slab, np.ndarray] | None = None) -> tuple[ChunkRequest, Slab | None]:
     """The request of chunk lo..hi, and its slab (None when ``acquire`` is None: everything in the message).
 
     ``per_item_out`` is the slab room reserved per item for the results (what
     does not fit travels in the reply, and is learned for the next chunks).
+    ``obs_to``: the batch's lent slab and its observations array (rows of the
+    whole batch), into which the worker writes this chunk's rows.
     """
     m = hi - lo
     actions, dt, seeds = job.actions, job.dt, job.seeds
@@ -164,8 +166,15 @@ def encode(job: Job, lo: int, hi: int, per_item_out: int, acquire: Callable[[int
         n=m, first_index=lo, slab=None if slab is None else slab.name, slab_size=0 if slab is None else slab.size,
         layout=w.layout, out_offset=-(-w.pos // ALIGN) * ALIGN, actions=req_actions, dt=req_dt, seeds=req_seeds,
         has_seeds=seeds is not None, states=packed, rollout=job.rollout, index_errors=job.index_errors,
+        obs_out=None if obs_to is None else _rows_at(obs_to, lo),
     )
     return req, slab
+
+
+def _rows_at(obs_to: tuple[Slab, np.ndarray], lo: int) -> tuple[str, int, int, str, tuple[int, ...]]:
+    """Where row ``lo`` of a batch's lent observations is: ChunkRequest.obs_out."""
+    slab, rows = obs_to
+    return slab.name, slab.size, lo * rows[0].nbytes, rows.dtype.str, rows.shape[1:]
 
 
 def _obs_rows(cols: dict[str, np.ndarray], listed: list | None, name: str) -> list:
@@ -219,6 +228,7 @@ class StepGather:
         self.steps = np.zeros(n, dtype=np.int64)
         self.obs_arr: np.ndarray | None = None  # while every chunk's observations stack alike
         self.obs_list: list | None = None  # otherwise, one per item
+        self.lent: np.ndarray | None = None  # the lent slab's array the workers write into (see lend)
         self.ranges: list[tuple[int, int]] = []
 
     @property
@@ -248,6 +258,14 @@ class StepGather:
             self.obs_arr = None
         self.obs_list[lo:hi] = list(column.copy()) if column is not None else list(rows or [])
 
+    def lend(self, rows: np.ndarray) -> None:
+        """Gather the observations into ``rows`` (a lent slab's array, workers write into it); kept for life.
+
+        Kept even when a chunk's observations do not fit it: a chunk may still be
+        told to write there only while this gatherer lives.
+        """
+        self.lent = self.obs_arr = rows
+
     def absorb(self, lo: int, hi: int, reply: ChunkReply, cols: dict[str, np.ndarray]) -> None:
         m = hi - lo
         reply = unpack_outcomes(reply, cols)
@@ -255,7 +273,10 @@ class StepGather:
         self.terms[lo:hi] = reply.terminations
         self.truncs[lo:hi] = reply.truncations
         self.steps[lo:hi] = reply.n_steps
-        self._put_obs(lo, hi, cols.get("obs"), reply.obs)
+        if not reply.obs_written:
+            self._put_obs(lo, hi, cols.get("obs"), reply.obs)
+        elif self.obs_list is not None:  # written into self.lent, but an earlier chunk's did not fit it
+            self.obs_list[lo:hi] = list(self.lent[lo:hi])  # type: ignore[index]
         self.states[lo:hi] = unpack_states(reply.states, cols, "", m)
         infos = unpack_infos(reply.infos, m)
         for info, k in zip(infos, reply.n_steps.tolist()):

@@ -108,6 +108,9 @@ class ChunkRequest:
     states: dict | None  # columns.pack_states' remainder; None: every item starts from the held state
     rollout: RolloutSpec | None = None  # None: a step_batch chunk
     index_errors: bool = True  # a malformed state's error names its index (as check_states does); not for step()
+    # Where the final observations go when they are lent to the caller (see wire.leases): the batch's own
+    # slab (name, size), the byte offset of this chunk's first row, the rows' dtype (str) and shape.
+    obs_out: tuple[str, int, int, str, tuple[int, ...]] | None = None
 
 
 @dataclass(frozen=True)
@@ -125,6 +128,7 @@ class ChunkReply:
     needed: int  # output bytes, fitting in the slab or not (learned for the next chunks)
     all_states: dict | None = None  # with return_all: the n*T states, item-major
     all_obs: list | None = None  # with return_all: their observations, when not the column "all_obs"
+    obs_written: bool = False  # the final observations are in the batch's slab (ChunkRequest.obs_out)
 
 
 def remote_error(exc: BaseException, item: int | None = None) -> bytes:

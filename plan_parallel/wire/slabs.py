@@ -28,7 +28,9 @@ import numpy as np
 
 from plan_parallel.interrupts import ctrl_c_deferred
 
-__all__ = ["ALIGN", "BLOB_BYTES", "PROTOCOL", "ArrayWriter", "Slab", "SlabPool", "blobs", "read_columns"]
+__all__ = [
+    "ALIGN", "BLOB_BYTES", "PROTOCOL", "ArrayWriter", "Slab", "SlabPool", "blobs", "read_columns", "write_rows",
+]
 
 PROTOCOL = pickle.HIGHEST_PROTOCOL
 ALIGN = 64
@@ -36,27 +38,33 @@ BLOB_BYTES = ":bytes"  # the column of a blob column's concatenated bytes (read 
 
 
 class Slab:
-    """One shared-memory segment, created by the parent or attached by a worker."""
+    """One shared-memory segment, created by the parent or attached by a worker.
+
+    Both map the segment with an ``mmap`` of their own. The creator also keeps
+    the segment's name registered with ``multiprocessing``'s resource tracker
+    until :meth:`close` unlinks it. Arrays lent out of a slab (see
+    :mod:`plan_parallel.wire.leases`) keep its mapping alive after
+    :meth:`close`: the memory goes when the last of them is freed.
+    """
 
     def __init__(self, name: str, size: int, *, create: bool) -> None:
         self.name = name
         self.size = size
         self._shm: shared_memory.SharedMemory | None = None
-        self._mmap: mmap.mmap | None = None
         if create:
-            self._shm = shared_memory.SharedMemory(name=name, create=True, size=size)
-            assert self._shm.buf is not None
-            self.buf: memoryview = self._shm.buf
-        else:
-            # Attach without the resource tracker: the parent owns the segment.
-            import _posixshmem
+            shm = shared_memory.SharedMemory(name=name, create=True, size=size)
+            shm.close()  # its own mapping is not used: the name stays registered until unlink
+            self._shm = shm
+        # Attached without the resource tracker: the creator owns the segment.
+        import _posixshmem
 
-            fd = _posixshmem.shm_open("/" + name, os.O_RDWR, mode=0o600)
-            try:
-                self._mmap = mmap.mmap(fd, size)
-            finally:
-                os.close(fd)
-            self.buf = memoryview(self._mmap)
+        fd = _posixshmem.shm_open("/" + name, os.O_RDWR, mode=0o600)
+        try:
+            self._mmap: mmap.mmap | None = mmap.mmap(fd, size)
+        finally:
+            os.close(fd)
+        self.mapping: mmap.mmap | None = self._mmap  # what lent arrays are views of
+        self.buf: memoryview = memoryview(self._mmap)
 
     @classmethod
     def create(cls, size: int) -> Slab:
@@ -66,19 +74,21 @@ class Slab:
         return np.ndarray(shape, dtype=dtype, buffer=self.buf, offset=offset)
 
     def close(self) -> None:
-        """Unmap (and, for the creator, unlink) the segment. Idempotent, and whole: Ctrl-C waits for it."""
-        if self._shm is not None:
-            with ctrl_c_deferred():
-                self.buf = None  # type: ignore[assignment]
-                with contextlib.suppress(OSError):  # a close cut short before (its fd already closed)
-                    self._shm.close()
+        """Unmap (and, for the creator, unlink) the segment. Idempotent, and whole: Ctrl-C waits for it.
+
+        A mapping that lent arrays still use is left to them: it is unmapped when the last one is freed.
+        """
+        with ctrl_c_deferred():
+            if self._mmap is not None:
+                with contextlib.suppress(BufferError):  # arrays made of it are alive: they keep it mapped
+                    self.buf.release()
+                    self._mmap.close()
+                self._mmap = None
+                self.mapping = None
+            if self._shm is not None:
                 with contextlib.suppress(FileNotFoundError):
                     self._shm.unlink()
                 self._shm = None
-        elif self._mmap is not None:
-            self.buf.release()
-            self._mmap.close()
-            self._mmap = None
 
 
 class SlabPool:
@@ -182,6 +192,22 @@ class ArrayWriter:
             out[i] = r
         self.layout[name] = (off, dtype.str, (len(rows),) + shape)
         return True
+
+
+def write_rows(slab: Slab, offset: int, dtype: np.dtype, shape: tuple[int, ...], rows: Sequence[Any]) -> bool:
+    """Write ``rows`` end to end at ``offset``, when each is an ndarray of exactly ``dtype`` and ``shape``.
+
+    False, writing nothing, when one is not or they do not fit.
+    """
+    for r in rows:
+        if not (isinstance(r, np.ndarray) and r.dtype == dtype and r.shape == shape):
+            return False
+    if offset + int(np.prod(shape)) * dtype.itemsize * len(rows) > slab.size:
+        return False
+    out = slab.array(offset, dtype, (len(rows), *shape))
+    for i, r in enumerate(rows):
+        out[i] = r
+    return True
 
 
 def blobs(cols: dict[str, np.ndarray], name: str) -> list[bytes] | None:

@@ -29,9 +29,13 @@ from plan_parallel.wire.messages import (
     WorkerInfo,
     remote_error,
 )
-from plan_parallel.wire.slabs import PROTOCOL, ArrayWriter, Slab, read_columns
+from plan_parallel.wire.slabs import PROTOCOL, ArrayWriter, Slab, read_columns, write_rows
 
-__all__ = ["Server", "answer", "build_server", "ready_reply", "serve"]
+__all__ = ["MAX_ATTACHED", "Server", "answer", "build_server", "ready_reply", "serve"]
+
+# Slabs a worker keeps attached (least recently used ones are unmapped): the parent reuses
+# its slabs, but the ones lent to batches whose results the caller keeps are new each time.
+MAX_ATTACHED = 32
 
 
 class Server:
@@ -58,9 +62,15 @@ class Server:
     def _slab(self, name: str | None, size: int) -> Slab | None:
         if name is None:
             return None
-        s = self.slabs.get(name)
-        if s is None or s.size != size:
-            s = self.slabs[name] = Slab(name, size, create=False)
+        s = self.slabs.pop(name, None)
+        if s is not None and s.size != size:
+            s.close()
+            s = None
+        if s is None:
+            s = Slab(name, size, create=False)
+            while len(self.slabs) >= MAX_ATTACHED:
+                self.slabs.pop(next(iter(self.slabs))).close()
+        self.slabs[name] = s  # the most recently used last
         return s
 
     # --- ops -------------------------------------------------------------------
@@ -89,18 +99,29 @@ class Server:
         packed = pack_states(states, w, prefix, with_obs=False)
         return packed, None if w.put_rows(prefix + "obs", obs) else obs
 
+    def _write_lent(self, req: ChunkRequest, obs: list) -> bool:
+        """Write the observations into the batch's lent slab, when the request has one and they fit it."""
+        if req.obs_out is None:
+            return False
+        name, size, offset, dtype, shape = req.obs_out
+        return write_rows(self._slab(name, size), offset, np.dtype(dtype), shape, obs)  # type: ignore[arg-type]
+
     def step_batch(self, req: ChunkRequest) -> ChunkReply:
         slab, _, states, actions, dt, seeds = self._read(req)
         out_states, obs, rewards, terms, truncs, infos = self.env.run_raw(states, actions, dt, seeds)
         w = ArrayWriter(slab, req.out_offset)
-        packed, listed = self._write_items(w, "", out_states, obs)
+        written = self._write_lent(req, obs)
+        if written:
+            packed, listed = pack_states(out_states, w, "", with_obs=False), None
+        else:
+            packed, listed = self._write_items(w, "", out_states, obs)
         outcomes = pack_outcomes(
             w, rewards=np.array(rewards, dtype=np.float64), terminations=np.array(terms, dtype=bool),
             truncations=np.array(truncs, dtype=bool),
             n_steps=np.fromiter((i.pop("n_steps") for i in infos), dtype=np.int64, count=req.n),
         )
         return ChunkReply(**outcomes, states=packed, obs=listed, infos=pack_infos(infos), layout=w.layout,
-                          needed=w.needed - req.out_offset)
+                          needed=w.needed - req.out_offset, obs_written=written)
 
     def _policy(self, blob: bytes | None) -> Any:
         """The policy a request ships (cloudpickled), unpickled once while the same bytes keep coming."""

@@ -1,0 +1,169 @@
+"""Observations lent out of shared memory (plan_parallel.wire.leases): exact, never reused while seen.
+
+A batch whose observations are large gets a slab of its own; workers write
+their rows into it and the batch's ``observations`` (and each state's ``obs``)
+are views of it. These rows check that what the caller holds never changes,
+whatever runs next or fails, that slabs are reused once nothing holds them, and
+that the results equal the inline oracle. The interruption table runs on lent
+batches too (``test_interrupts.py``, ``test_interrupt_with_lent_observations...``).
+"""
+from __future__ import annotations
+
+import gc
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import plan_parallel as pp
+from tests.conftest_leaks import shm_segments
+from tests.envs import CounterEnv, FaultyEnv
+from tests.helpers import assert_batches_equal
+
+pytestmark = pytest.mark.usefixtures("no_leaks_module", "no_leaks")
+
+OBS = 16384  # float32: 64 KB a row, so a batch of 3 or more is lent
+ACTS = np.array([0, 1, 0, 1, 1, 0])  # no FaultyEnv trigger (action 2)
+
+
+def lent_env(**options: object) -> pp.BatchEnv:
+    options.setdefault("small_batch_inline", False)
+    return pp.make(CounterEnv, backend="process", n_workers=2, horizon=1000, obs_size=OBS, **options)
+
+
+@pytest.fixture(scope="module")
+def oracle() -> Iterator[pp.PlanEnv]:
+    with pp.make(CounterEnv, backend="inline", horizon=1000, obs_size=OBS) as env:
+        yield env
+
+
+@pytest.fixture(scope="module")
+def starts(oracle: pp.PlanEnv) -> list:
+    s0 = oracle.reset(seed=5)[0]
+    return list(oracle.step_batch(np.array([0, 1, 2, 1, 2, 0]), states=[s0] * 6, dt=np.arange(1, 7)).states)
+
+
+def batch_of(rng: np.random.Generator, starts: list) -> tuple[np.ndarray, list, np.ndarray]:
+    n = int(rng.integers(3, 13))
+    states = [starts[int(i)] for i in rng.integers(0, len(starts), size=n)]
+    return rng.integers(0, 3, size=n), states, rng.integers(1, 4, size=n)
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("small_batch_inline", [False, True], ids=["workers", "default"])
+def test_lent_observations_equal_inline(small_batch_inline: bool, oracle: pp.PlanEnv, starts: list) -> None:
+    rng = np.random.default_rng(0)
+    with lent_env(small_batch_inline=small_batch_inline) as env:
+        for _ in range(12):
+            acts, states, dt = batch_of(rng, starts)
+            got = env.step_batch(acts, states, dt)
+            assert_batches_equal(got, oracle.step_batch(acts, states, dt))
+            assert not got.observations.flags.writeable
+            for k, s in enumerate(got.states):
+                assert np.shares_memory(s.obs, got.observations[k]), "a state's obs is its batch's row"
+        if not small_batch_inline:
+            assert env.stats["lent_batches"] == 12, env.stats
+
+
+@pytest.mark.timeout(120)
+def test_lent_rows_never_change_while_held(oracle: pp.PlanEnv, starts: list) -> None:
+    """The batch's array, a row of another batch and a state kept alone stay as they were through
+    later batches, while slabs nobody holds are reused (the slab count stays flat)."""
+    rng = np.random.default_rng(1)
+    with lent_env() as env:
+        acts, states, dt = batch_of(rng, starts)
+        kept = env.step_batch(acts, states, dt)
+        kept_copy = kept.observations.copy()
+        row = env.step_batch(acts[::-1].copy(), states[::-1], dt).observations[1]
+        row_copy = row.copy()
+        lone = env.step_batch(acts, states, dt).states[-1]  # its batch dropped, the state kept
+        lone_copy = lone.obs.copy()
+        for _ in range(5):
+            env.step_batch(*batch_of(rng, starts))
+        gc.collect()
+        segments = len(shm_segments())
+        for _ in range(30):
+            acts, states, dt = batch_of(rng, starts)
+            assert_batches_equal(env.step_batch(acts, states, dt), oracle.step_batch(acts, states, dt))
+        assert len(shm_segments()) <= segments + 1, "a slab nobody holds was not reused"
+        np.testing.assert_array_equal(kept.observations, kept_copy)
+        np.testing.assert_array_equal(row, row_copy)
+        np.testing.assert_array_equal(lone.obs, lone_copy)
+        inputs = [batch_of(rng, starts) for _ in range(6)]
+        held = [env.step_batch(*x) for x in inputs]
+        for i in range(6):
+            for j in range(i):
+                assert not np.shares_memory(held[i].observations, held[j].observations), "a held slab was reused"
+        for x, got in zip(inputs, held):
+            np.testing.assert_array_equal(got.observations, oracle.step_batch(*x).observations)
+
+
+@pytest.mark.timeout(60)
+def test_lent_rows_stay_readable_after_close(oracle: pp.PlanEnv, starts: list) -> None:
+    acts, states, dt = batch_of(np.random.default_rng(2), starts)
+    with lent_env() as env:
+        got = env.step_batch(acts, states, dt)
+        pid_segments = shm_segments()
+    assert pid_segments and not shm_segments(), "close() unlinks every slab, lent ones included"
+    np.testing.assert_array_equal(got.observations, oracle.step_batch(acts, states, dt).observations)
+    assert got.states[0] == oracle.step_batch(acts, states, dt).states[0]
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("fault", ["sigkill", "raise"])
+def test_a_failing_chunk_of_a_lent_batch_leaves_later_batches_exact(fault: str, tmp_path: Path) -> None:
+    """A worker killed while writing its rows (the chunk is run again), or an env error in one chunk
+    while the other is still written: the next batches' observations are exactly the oracle's."""
+    kw = dict(fault=fault, phase="step", trigger_action=2, horizon=1000, obs_size=OBS)
+    once = {"once_file": str(tmp_path / "fired")} if fault == "sigkill" else {}
+    with pp.make(FaultyEnv, backend="inline", **{**kw, "fault": "none"}) as oracle, \
+            pp.make(FaultyEnv, backend="process", n_workers=2, small_batch_inline=False, **kw, **once) as env:
+        s0 = env.reset(seed=0)[0]
+        oracle.reset(seed=0)
+        trig = np.array([0, 1, 0, 1, 2, 1])  # item 4: the second chunk
+        if fault == "sigkill":
+            assert_batches_equal(env.step_batch(trig, [s0] * 6), oracle.step_batch(trig, [s0] * 6))
+            assert env.stats["restarts"] == 1
+        else:
+            with pytest.raises(ValueError, match="injected fault"):
+                env.step_batch(trig, [s0] * 6)
+        states = list(oracle.step_batch(ACTS, [s0] * 6, dt=3).states)
+        for k in range(10):
+            acts = np.roll(ACTS, k)
+            assert_batches_equal(env.step_batch(acts, states), oracle.step_batch(acts, states))
+        assert env.stats["lent_batches"] >= 11
+
+
+def test_a_slab_returns_once_both_its_views_and_its_writers_are_gone() -> None:
+    """The lease's own contract, whichever comes last; a slab a killed worker wrote is freed, not reused."""
+    from plan_parallel.wire.leases import LeasePool
+
+    pool = LeasePool()
+    try:
+        for views_last in (False, True):
+            lease = pool.lease(1 << 17)
+            rows = lease.array(np.dtype(np.float32), (2, 1 << 14))
+            view = rows[1, :3]
+            lease.add_writer()
+            if views_last:
+                lease.writer_done(killed=False)
+                del rows
+                assert not pool.returned, "returned while a view lives"
+                del view
+            else:
+                del rows, view
+                gc.collect()
+                assert not pool.returned, "returned while a worker may write"
+                lease.writer_done(killed=False)
+            assert list(pool.returned) == [(lease.slab, False)]
+            assert pool.lease(1 << 17).slab is lease.slab, "a returned slab is reused"
+        tainted = pool.lease(1 << 17)
+        rows = tainted.array(np.dtype(np.uint8), (16,))
+        tainted.add_writer()
+        del rows
+        tainted.writer_done(killed=True)
+        assert pool.lease(1 << 17).slab is not tainted.slab
+        assert tainted.slab not in pool.slabs, "a slab a killed worker may have written is freed"
+    finally:
+        pool.close()
