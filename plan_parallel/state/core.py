@@ -1,9 +1,7 @@
-"""The state value and the adapter protocol.
+"""The adapter protocol: capturing and restoring one env instance's complete state.
 
-A :class:`State` is a self-contained, picklable value that restores a gymnasium
-env -- simulator, hidden Python fields, the env's ``np_random`` and the state of
-every wrapper on the stack -- exactly, in this process or in another one built
-from the same env id and kwargs.
+A :class:`State` (:mod:`plan_parallel.state.state_value`) is what an adapter
+captures and restores.
 
 An :class:`Adapter` is bound to one env instance and knows how to capture and
 restore that env's state. One adapter class exists per env family
@@ -17,7 +15,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from plan_parallel.errors import StateError
-from plan_parallel.state.values import value_digest, values_equal
+from plan_parallel.state.state_value import State
 from plan_parallel.state.wrappers import WrapperStack, direct_step
 
 __all__ = [
@@ -29,97 +27,6 @@ __all__ = [
     "register_adapter",
     "set_rng_state",
 ]
-
-
-class State:
-    """The complete state of one env, as a picklable value.
-
-    Attributes:
-        kind: which adapter, env class and wrapper stack produced this state,
-            e.g. ``"classic:CartPoleEnv|TimeLimit"``. A state restores only into an
-            env of the same kind.
-        sim: the simulator's state (an ndarray for classic control and MuJoCo, an
-            ``ale_py.ALEState`` for Atari, plain Python values for toy text).
-        extra: hidden Python fields the env's ``step`` reads (a tuple, or None).
-        rng: the env's ``np_random`` bit-generator state (a dict), or None.
-        wrappers: one entry per stateful wrapper on the stack, outermost first.
-        obs: the observation the env returned at this state (None if unknown).
-            It is kept so that a restored env can report its observation; treat
-            it as read-only.
-
-    States compare equal when every field is bitwise equal, and hash by
-    :meth:`key`. They are values: nothing in the library mutates a state after
-    creating it (a state changed in place would keep its old key).
-    """
-
-    __slots__ = ("_key", "extra", "kind", "obs", "rng", "sim", "wrappers")
-
-    def __init__(
-        self,
-        kind: str,
-        sim: Any,
-        extra: Any = None,
-        rng: dict | None = None,
-        wrappers: tuple = (),
-        obs: Any = None,
-    ) -> None:
-        self.kind = kind
-        self.sim = sim
-        self.extra = extra
-        self.rng = rng
-        self.wrappers = wrappers
-        self.obs = obs
-
-    @property
-    def family(self) -> str:
-        """The adapter family name, e.g. ``"classic"``, ``"ale"``, ``"mujoco"``."""
-        return self.kind.split(":", 1)[0]
-
-    def __reduce__(self):
-        return (State, (self.kind, self.sim, self.extra, self.rng, self.wrappers, self.obs))
-
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, State):
-            return NotImplemented
-        return (
-            self.kind == other.kind
-            and values_equal(self.sim, other.sim)
-            and values_equal(self.extra, other.extra)
-            and values_equal(self.rng, other.rng)
-            and values_equal(self.wrappers, other.wrappers)
-            and values_equal(self.obs, other.obs)
-        )
-
-    def key(self) -> bytes:
-        """A stable 16-byte digest of what the state restores (kind, sim, extra, rng, wrappers).
-
-        Equal states have equal keys, in any process and run: for transposition
-        tables and deduplication. The observation is left out (it follows from the
-        rest). Computed once per state object.
-        """
-        k = getattr(self, "_key", None)
-        if k is None:
-            k = self._key = value_digest((self.kind, self.sim, self.extra, self.rng, self.wrappers))
-        return k
-
-    def __hash__(self) -> int:
-        return int.from_bytes(self.key()[:8], "little")
-
-    def diff(self, other: State) -> list[str]:
-        """Names of the fields that differ from ``other`` (empty when equal)."""
-        out = []
-        for name in ("kind", "sim", "extra", "rng", "wrappers", "obs"):
-            if not values_equal(getattr(self, name), getattr(other, name)):
-                out.append(name)
-        return out
-
-    def __repr__(self) -> str:
-        sim = self.sim
-        if isinstance(sim, np.ndarray):
-            sim_r = f"array{sim.shape}:{sim.dtype}"
-        else:
-            sim_r = type(sim).__name__
-        return f"State({self.kind!r}, sim={sim_r}, extra={self.extra!r}, wrappers={self.wrappers!r})"
 
 
 def get_rng_state(generator: np.random.Generator) -> dict:

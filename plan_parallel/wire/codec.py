@@ -128,7 +128,7 @@ def sim_bytes(sim: Any) -> int:
 
 def out_bytes_guess(observation_space: spaces.Space, state: State | None, job: Job) -> int:
     """Slab bytes an item's results may take before any was measured: its simulator array and observations."""
-    sim = 0 if state is None else sim_bytes(state.sim)
+    sim = 0 if state is None else sim_bytes(state.wire_sim)
     shape = getattr(observation_space, "shape", None)
     dtype = getattr(observation_space, "dtype", None)
     obs_bytes = int(np.prod(shape)) * np.dtype(dtype).itemsize if shape and dtype is not None else 0
@@ -151,7 +151,7 @@ def encode(job: Job, lo: int, hi: int, per_item_out: int, acquire: Callable[[int
     act_arr = isinstance(actions, np.ndarray) and not actions.dtype.hasobject
     est_in = (actions[lo:hi].nbytes if act_arr else 0) + 16 * m + 128
     if sub_states is not None:
-        est_in += sim_bytes(sub_states[0].sim) * m
+        est_in += sim_bytes(sub_states[0].wire_sim) * m
     slab = acquire(est_in + per_item_out * m + 4 * ALIGN) if acquire is not None else None
     w = ArrayWriter(slab)
     req_actions = None

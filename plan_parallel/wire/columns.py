@@ -22,21 +22,16 @@ __all__ = ["OUTCOMES", "pack_infos", "pack_outcomes", "pack_states", "unpack_inf
 
 def pack_states(states: Sequence[State], w: ArrayWriter, prefix: str, with_obs: bool) -> dict[str, Any]:
     """Split states into array columns (written to ``w``) and a picklable remainder."""
-    sims = [s.sim for s in states]
     rest: dict[str, Any] = {
         "kind": states[0].kind if states else "",
         "extra": [s.extra for s in states],
         "rng": [s.rng for s in states],
         "wrappers": [s.wrappers for s in states],
     }
-    if not w.put_rows(prefix + "sim", sims):
-        codec = sim_blobs(rest["kind"])
-        try:
-            blobs_ = None if codec is None else [codec.to_bytes(s) for s in sims]
-        except Exception:  # a malformed state: pickled as given, for the worker's check to name it
-            blobs_ = None
+    if not w.put_rows(prefix + "sim", [s.wire_sim for s in states]):
+        blobs_ = _sim_blobs(states) if sim_blobs(rest["kind"]) is not None else None
         if blobs_ is None or not w.put_blobs(prefix + "sim", blobs_):
-            rest["sim"] = sims
+            rest["sim"] = [s.sim for s in states]
     if with_obs:
         obs = [s.obs for s in states]
         if not w.put_rows(prefix + "obs", obs):
@@ -44,30 +39,40 @@ def pack_states(states: Sequence[State], w: ArrayWriter, prefix: str, with_obs: 
     return rest
 
 
+def _sim_blobs(states: Sequence[State]) -> list | None:
+    """The states' simulator values in bytes form, each state serialized once; None if one cannot be.
+
+    A state that came from a worker holds its bytes already; a batch that starts
+    N items from one state serializes it once.
+    """
+    done: dict[int, Any] = {}
+    try:
+        for s in states:
+            if id(s) not in done:
+                done[id(s)] = s.sim_blob()
+    except Exception:  # a malformed state: pickled as given, for the worker's check to name it
+        return None
+    return [done[id(s)] for s in states]
+
+
 def unpack_states(rest: dict[str, Any], cols: dict[str, np.ndarray], prefix: str, n: int) -> list[State]:
-    """Rebuild states from :func:`pack_states` output (array rows are views of ``cols``)."""
+    """Rebuild states from :func:`pack_states` output (array rows are views of ``cols``).
+
+    States whose simulator values came as bytes keep them, decoded on first use (:meth:`State.from_blob`).
+    """
     kind = rest["kind"]
     sims = rest.get("sim")
-    if sims is None:
-        raw = blobs(cols, prefix + "sim")
-        codec = sim_blobs(kind)
-        sims = list(cols[prefix + "sim"]) if raw is None or codec is None else [codec.from_bytes(b) for b in raw]
+    raw = blobs(cols, prefix + "sim") if sims is None else None
+    if sims is None and raw is None:
+        sims = list(cols[prefix + "sim"])
     obs = rest.get("obs")
     if obs is None:
         obs = list(cols[prefix + "obs"]) if prefix + "obs" in cols else [None] * n
     extra, rng, wrappers = rest["extra"], rest["rng"], rest["wrappers"]
-    new = State.__new__
-    out = []
-    for i in range(n):
-        s = new(State)
-        s.kind = kind
-        s.sim = sims[i]
-        s.extra = extra[i]
-        s.rng = rng[i]
-        s.wrappers = wrappers[i]
-        s.obs = obs[i]
-        out.append(s)
-    return out
+    if raw is not None:
+        from_blob = State.from_blob
+        return [from_blob(kind, raw[i], extra[i], rng[i], wrappers[i], obs[i]) for i in range(n)]
+    return [State(kind, sims[i], extra[i], rng[i], wrappers[i], obs[i]) for i in range(n)]  # type: ignore[index]
 
 
 def pack_infos(infos: list[dict]) -> Any:

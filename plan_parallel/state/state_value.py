@@ -1,0 +1,164 @@
+"""The state value: what restores a gymnasium env exactly.
+
+A :class:`State` is a self-contained, picklable value that restores a gymnasium
+env -- simulator, hidden Python fields, the env's ``np_random`` and the state of
+every wrapper on the stack -- exactly, in this process or in another one built
+from the same env id and kwargs. Adapters (:mod:`plan_parallel.state.core`)
+capture and restore it.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from plan_parallel.state.sim_blobs import sim_blobs
+from plan_parallel.state.values import value_digest, values_equal
+
+__all__ = ["State"]
+
+
+class State:
+    """The complete state of one env, as a picklable value.
+
+    Attributes:
+        kind: which adapter, env class and wrapper stack produced this state,
+            e.g. ``"classic:CartPoleEnv|TimeLimit"``. A state restores only into an
+            env of the same kind.
+        sim: the simulator's state (an ndarray for classic control and MuJoCo, an
+            ``ale_py.ALEState`` for Atari, plain Python values for toy text). A state
+            that came from a worker holds an ALEState as its bytes until ``sim`` is
+            first read (:meth:`from_blob`).
+        extra: hidden Python fields the env's ``step`` reads (a tuple, or None).
+        rng: the env's ``np_random`` bit-generator state (a dict), or None.
+        wrappers: one entry per stateful wrapper on the stack, outermost first.
+        obs: the observation the env returned at this state (None if unknown).
+            It is kept so that a restored env can report its observation; treat
+            it as read-only.
+
+    States compare equal when every field is bitwise equal, and hash by
+    :meth:`key`. They are values: nothing in the library mutates a state after
+    creating it (a state changed in place would keep its old key).
+    """
+
+    __slots__ = ("_blob", "_key", "_sim", "extra", "kind", "obs", "rng", "wrappers")
+
+    def __init__(
+        self,
+        kind: str,
+        sim: Any,
+        extra: Any = None,
+        rng: dict | None = None,
+        wrappers: tuple = (),
+        obs: Any = None,
+    ) -> None:
+        self.kind = kind
+        self._sim = sim
+        self._blob: bytes | None = None
+        self.extra = extra
+        self.rng = rng
+        self.wrappers = wrappers
+        self.obs = obs
+
+    @classmethod
+    def from_blob(cls, kind: str, blob: bytes, extra: Any = None, rng: dict | None = None, wrappers: tuple = (),
+                  obs: Any = None) -> State:
+        """A state whose simulator value is given in its family's bytes form (:func:`register_sim_blobs`).
+
+        It is decoded the first time :attr:`sim` is read. A state that only
+        travels (from a worker, back to a worker, pickled) is never decoded.
+        """
+        s = cls.__new__(cls)
+        s.kind, s._sim, s._blob = kind, _UNDECODED, blob
+        s.extra, s.rng, s.wrappers, s.obs = extra, rng, wrappers, obs
+        return s
+
+    @property
+    def sim(self) -> Any:
+        """The simulator's state (see the class docstring)."""
+        sim = self._sim
+        if sim is _UNDECODED:
+            codec = sim_blobs(self.kind)
+            assert codec is not None and self._blob is not None, "only a family with a bytes form makes such a state"
+            sim = self._sim = codec.from_bytes(self._blob)
+        return sim
+
+    @sim.setter
+    def sim(self, value: Any) -> None:
+        self._sim = value
+        self._blob = None
+
+    @property
+    def wire_sim(self) -> Any:
+        """The simulator value as this object holds it: :attr:`sim`, or its bytes form when not decoded yet."""
+        return self._blob if self._sim is _UNDECODED else self._sim
+
+    def sim_blob(self) -> bytes | None:
+        """The simulator value in its family's bytes form (None for a family without one), kept once made.
+
+        Raises:
+            Exception: the family's serializer's own error for a malformed value.
+        """
+        if self._blob is not None:
+            return self._blob
+        codec = sim_blobs(self.kind)
+        if codec is None:
+            return None
+        blob = self._blob = codec.to_bytes(self._sim)  # kept: a state sent again is not serialized again
+        return blob
+
+    @property
+    def family(self) -> str:
+        """The adapter family name, e.g. ``"classic"``, ``"ale"``, ``"mujoco"``."""
+        return self.kind.split(":", 1)[0]
+
+    def __reduce__(self):
+        if self._sim is _UNDECODED:
+            return (State.from_blob, (self.kind, self._blob, self.extra, self.rng, self.wrappers, self.obs))
+        return (State, (self.kind, self._sim, self.extra, self.rng, self.wrappers, self.obs))
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, State):
+            return NotImplemented
+        return (
+            self.kind == other.kind
+            and values_equal(self.sim, other.sim)
+            and values_equal(self.extra, other.extra)
+            and values_equal(self.rng, other.rng)
+            and values_equal(self.wrappers, other.wrappers)
+            and values_equal(self.obs, other.obs)
+        )
+
+    def key(self) -> bytes:
+        """A stable 16-byte digest of what the state restores (kind, sim, extra, rng, wrappers).
+
+        Equal states have equal keys, in any process and run: for transposition
+        tables and deduplication. The observation is left out (it follows from the
+        rest). Computed once per state object.
+        """
+        k = getattr(self, "_key", None)
+        if k is None:
+            k = self._key = value_digest((self.kind, self.sim, self.extra, self.rng, self.wrappers))
+        return k
+
+    def __hash__(self) -> int:
+        return int.from_bytes(self.key()[:8], "little")
+
+    def diff(self, other: State) -> list[str]:
+        """Names of the fields that differ from ``other`` (empty when equal)."""
+        out = []
+        for name in ("kind", "sim", "extra", "rng", "wrappers", "obs"):
+            if not values_equal(getattr(self, name), getattr(other, name)):
+                out.append(name)
+        return out
+
+    def __repr__(self) -> str:
+        sim = self.sim
+        if isinstance(sim, np.ndarray):
+            sim_r = f"array{sim.shape}:{sim.dtype}"
+        else:
+            sim_r = type(sim).__name__
+        return f"State({self.kind!r}, sim={sim_r}, extra={self.extra!r}, wrappers={self.wrappers!r})"
+
+
+_UNDECODED = object()  # State._sim of a state made from_blob, until it is decoded
