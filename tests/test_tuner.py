@@ -72,7 +72,10 @@ def test_a_forced_mode_ignores_the_figures(mode: str) -> None:
 def test_chunks_one_per_worker_until_step_times_are_known_then_up_to_three() -> None:
     t = Tuner(2)
     assert t.n_chunks(1, 1) == 1 and t.n_chunks(64, 64) == 2
-    t.learn_step(1e-4)  # 64 steps of 0.1 ms on 2 workers: 3.2 ms each
+    t.learn_step(1e-4)  # 64 steps of 0.1 ms on 2 workers: 3.2 ms each, under CHUNK_SECONDS
+    assert t.n_chunks(64, 64) == 2
+    t = Tuner(2)
+    t.learn_step(1e-3)  # 64 steps of 1 ms on 2 workers: 32 ms each
     assert t.n_chunks(64, 64) == 6
     assert t.n_chunks(5, 5) == 2  # too few items to split further
 
@@ -81,7 +84,8 @@ def test_a_shared_batch_counts_the_calling_process_as_one_more_worker_and_leaves
     t = Tuner(2, cores=3)
     assert t.n_chunks(64, 64, share=True) == 5, "one more chunk than the 2 x 2 the workers hold queued"
     assert t.n_chunks(3, 3, share=True) == 3
-    t.learn_step(1e-4)  # 64 steps of 0.1 ms on 3: 2.1 ms each
+    t = Tuner(2, cores=3)
+    t.learn_step(1e-3)  # 64 steps of 1 ms on 3: 21 ms each
     assert t.n_chunks(64, 64, share=True) == 6
 
 

@@ -15,7 +15,10 @@ __all__ = ["CHUNK_SECONDS", "EXPLORE_EVERY", "FIRST_SAMPLES", "MAX_EXPLORE_FACTO
 EXPLORE_EVERY = 32  # a place as fast as the fastest is re-measured after this many batches of its size class
 MAX_EXPLORE_FACTOR = 8  # and one r times slower after r**2 times as many (r at most this)
 FIRST_SAMPLES = 3  # each place is measured this many times before the fastest is chosen (the best one counts)
-CHUNK_SECONDS = 1e-3  # below this, a chunk's fixed cost is a large share of its time
+# A worker's share is split into chunks of at least this much env time. A chunk costs ~0.6-0.9 ms of
+# the calling process's CPU on a 2-core VM (Pong B=64 on W=2: 3 chunks a worker took 63-83 us of
+# caller CPU per item, 1 chunk 38-50 us, at the same or better wall time).
+CHUNK_SECONDS = 10e-3
 MIN_CHUNK_SECONDS = 100e-6  # env time worth a message of its own (a chunk's fixed cost is ~40 us here)
 PLACES = ("workers", "here", "share")  # share: the workers take chunks from the front, this process from the back
 MODES = ("auto", *PLACES)
@@ -143,7 +146,7 @@ class Tuner:
         self.step_seconds = seconds_per_step if old is None else 0.8 * old + 0.2 * seconds_per_step
 
     def n_chunks(self, n: int, steps: int, share: bool = False) -> int:
-        """Chunks for a batch: one per worker, or up to 3 per worker when each still takes >= 1 ms;
+        """Chunks for a batch: one per worker, or up to 3 per worker when each still takes >= CHUNK_SECONDS;
         fewer than the workers when a chunk would hold under MIN_CHUNK_SECONDS of env time.
 
         More chunks than workers, handed out as workers finish, keep a worker
