@@ -257,8 +257,11 @@ def run_rollouts(
     return RolloutParts(out_states, out_obs, rewards, terms, truncs, n_steps, infos, all_states, all_obs)
 
 
-def to_rollout_batch(observation_space: spaces.Space, parts: RolloutParts) -> RolloutBatch:
-    """Stack :class:`RolloutParts` (of every chunk, concatenated in input order) into a :class:`RolloutBatch`."""
+def to_rollout_batch(observation_space: spaces.Space, parts: RolloutParts, observations: Any = None) -> RolloutBatch:
+    """Stack :class:`RolloutParts` (of every chunk, concatenated in input order) into a :class:`RolloutBatch`.
+
+    ``observations``: the final observations already stacked (their rows are the states' own), or None.
+    """
     n, horizon = parts.rewards.shape
     all_obs = None
     if parts.all_observations is not None:
@@ -266,7 +269,7 @@ def to_rollout_batch(observation_space: spaces.Space, parts: RolloutParts) -> Ro
         all_obs = _split_leading(stack_observations(observation_space, flat), n, horizon)
     return RolloutBatch(
         parts.states,
-        stack_observations(observation_space, parts.observations),
+        stack_observations(observation_space, parts.observations) if observations is None else observations,
         parts.rewards,
         np.array(parts.terminations, dtype=bool),
         np.array(parts.truncations, dtype=bool),

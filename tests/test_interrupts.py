@@ -276,7 +276,7 @@ def lent_starts(lent_oracle: pp.PlanEnv) -> list:
 
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("kill_first", [False, True], ids=["workers-alive", "a-worker-to-replace"])
-@pytest.mark.parametrize("kind", ["step_batch", "future.result"])
+@pytest.mark.parametrize("kind", ["step_batch", "future.result", "rollout_batch"])
 def test_interrupt_with_lent_observations_leaves_the_env_exact(kind: str, kill_first: bool, lent_oracle: pp.PlanEnv,
                                                                lent_starts: list) -> None:
     """The table again with observations large enough that workers write them into a slab lent to the

@@ -167,3 +167,33 @@ def test_a_slab_returns_once_both_its_views_and_its_writers_are_gone() -> None:
         assert tainted.slab not in pool.slabs, "a slab a killed worker may have written is freed"
     finally:
         pool.close()
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("where", ["workers", "share"])
+@pytest.mark.parametrize("return_all", [False, True], ids=["final", "return_all"])
+def test_lent_rollout_observations_equal_inline(where: str, return_all: bool, oracle: pp.PlanEnv,
+                                                starts: list) -> None:
+    """A rollout's final observations are lent too (the worker's chunks and, shared, this process's)."""
+    from plan_parallel.batch import BatchEnv, Tuner
+    from plan_parallel.factory import EnvFactory
+
+    rng = np.random.default_rng(3)
+    factory = EnvFactory(CounterEnv, {"horizon": 1000, "obs_size": OBS})
+    with BatchEnv(factory, n_workers=2, tuner=Tuner(2, where, cores=2)) as env:
+        for _ in range(4):
+            n = int(rng.integers(3, 9))
+            states = [starts[int(i)] for i in rng.integers(0, len(starts), size=n)]
+            seq = rng.integers(0, 3, size=(n, 4))
+            got = env.rollout_batch(states, seq, dt=2, return_all=return_all)
+            want = oracle.rollout_batch(states, seq, dt=2, return_all=return_all)
+            np.testing.assert_array_equal(got.observations, want.observations)
+            np.testing.assert_array_equal(got.rewards, want.rewards)
+            assert list(got.states) == list(want.states)
+            if return_all:
+                np.testing.assert_array_equal(got.all_observations, want.all_observations)
+                assert got.all_states == want.all_states
+            assert not got.observations.flags.writeable
+            for k, s in enumerate(got.states):
+                assert np.shares_memory(s.obs, got.observations[k]), "a final state's obs is its batch's row"
+        assert env.stats["lent_batches"] == 4

@@ -15,7 +15,7 @@ import numpy as np
 
 from plan_parallel.batch.future import BatchFuture
 from plan_parallel.batch.parts import Part, Slot, SlotState
-from plan_parallel.wire.codec import StepGather, encode, out_bytes_guess, split_by_cost
+from plan_parallel.wire.codec import RolloutGather, StepGather, encode, out_bytes_guess, split_by_cost
 from plan_parallel.wire.leases import LeasePool, row_layout
 from plan_parallel.wire.messages import Call, ChunkReply, Op
 from plan_parallel.wire.slabs import SlabPool, read_columns
@@ -49,7 +49,7 @@ class Feeder:
         if not fut.pending:
             return False
         layout = None if self.leases is None else row_layout(self.observation_space, job.n)
-        if layout is not None and isinstance(fut.gather, StepGather):
+        if layout is not None and isinstance(fut.gather, (StepGather, RolloutGather)):
             dtype, shape = layout
             lease = self.leases.lease(int(np.prod(shape)) * dtype.itemsize)  # type: ignore[union-attr]
             rows = lease.array(dtype, shape)

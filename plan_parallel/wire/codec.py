@@ -324,12 +324,35 @@ class RolloutGather:
         self.spec = spec
         self.chunks: dict[int, tuple[int, RolloutParts]] = {}  # lo -> (hi, parts)
         self.total_steps = 0
+        self.lent: np.ndarray | None = None  # the final observations' lent rows (see StepGather.lend)
+        self.all_lent = True  # every chunk's final observations are rows of self.lent
+
+    def lend(self, rows: np.ndarray) -> None:
+        """Gather the final observations into ``rows`` (a lent slab's array, workers write into it); kept for life."""
+        self.lent = rows
+
+    def _lent_rows(self, lo: int, hi: int, rows: list) -> list:
+        """``rows`` (chunk lo..hi's final observations) as rows of the lent array, copied in where they fit."""
+        lent = self.lent
+        if lent is None or not rows or not all(
+                isinstance(r, np.ndarray) and r.shape == lent.shape[1:] and r.dtype == lent.dtype for r in rows):
+            self.all_lent = False
+            return rows
+        for k, r in enumerate(rows):
+            lent[lo + k] = r
+        return list(lent[lo:hi])
 
     def absorb(self, lo: int, hi: int, reply: ChunkReply, cols: dict[str, np.ndarray]) -> None:
         m, horizon = hi - lo, self.spec.horizon
         reply = unpack_outcomes(reply, cols)
         states = unpack_states(reply.states, cols, "", m)
-        for s, o in zip(states, _obs_rows(cols, reply.obs, "obs")):
+        if reply.obs_written:
+            final = list(self.lent[lo:hi])  # type: ignore[index]
+        else:
+            final = _obs_rows(cols, reply.obs, "obs")  # private copies: the slab is reused
+            if self.lent is not None:  # rows the worker could not write there (a rare dtype): copied in
+                final = self._lent_rows(lo, hi, final)
+        for s, o in zip(states, final):
             s.obs = o
         all_states = all_obs = None
         if self.spec.return_all:
@@ -345,6 +368,11 @@ class RolloutGather:
         self._keep(lo, hi, parts)
 
     def absorb_local(self, lo: int, hi: int, out: Any) -> int:
+        if self.lent is not None:
+            final = self._lent_rows(lo, hi, out.observations)
+            for s, o in zip(out.states, final):
+                s.obs = o
+            out = out._replace(observations=final)
         self._keep(lo, hi, out)
         return int(sum(out.n_steps))
 
@@ -371,4 +399,7 @@ class RolloutGather:
                 joined("all_states") if self.spec.return_all else None,
                 joined("all_observations") if self.spec.return_all else None,
             )
+            if self.lent is not None and self.all_lent:
+                self.lent.flags.writeable = False
+                return to_rollout_batch(self.space, whole, observations=self.lent)
         return to_rollout_batch(self.space, whole)

@@ -141,7 +141,11 @@ class Server:
             first_index=req.first_index, return_all=spec.return_all, n=req.n,
         )
         w = ArrayWriter(slab, req.out_offset)
-        packed, listed = self._write_items(w, "", parts.states, parts.observations)
+        written = self._write_lent(req, parts.observations)
+        if written:
+            packed, listed = pack_states(parts.states, w, "", with_obs=False), None
+        else:
+            packed, listed = self._write_items(w, "", parts.states, parts.observations)
         all_packed = all_listed = None
         if spec.return_all:
             flat_states = [s for row in parts.all_states for s in row]  # type: ignore[union-attr]
@@ -152,7 +156,8 @@ class Server:
             truncations=np.array(parts.truncations, dtype=bool), n_steps=np.array(parts.n_steps, dtype=np.int64),
         )
         return ChunkReply(**outcomes, states=packed, obs=listed, infos=pack_infos(parts.infos), layout=w.layout,
-                          needed=w.needed - req.out_offset, all_states=all_packed, all_obs=all_listed)
+                          needed=w.needed - req.out_offset, all_states=all_packed, all_obs=all_listed,
+                          obs_written=written)
 
 
 def build_server(blob: bytes) -> tuple[Server, WorkerInfo]:
