@@ -10,7 +10,7 @@ import numpy as np
 from plan_parallel.bench import make_workload, raw_loop
 from plan_parallel.bench_timing import measure
 
-__all__ = ["CASES", "bench_process", "fixed_cost", "parallel_ceiling"]
+__all__ = ["CASES", "bench_process", "fixed_cost", "parallel_ceiling", "simulator_ceiling"]
 
 # (label, env id, kwargs): Pong with RGB observations and frameskip 1, as the issue asks.
 CASES: list[tuple[str, str, dict[str, Any]]] = [
@@ -45,6 +45,53 @@ def parallel_ceiling(workers: int, n: int = 2_000_000, repeats: int = 3) -> floa
             pool.map(_burn, [n] * workers)
             both = time.perf_counter() - t0
             ratios.append(workers * alone / both)
+    return statistics.median(ratios)
+
+
+_RAW: dict[str, Any] = {}  # in a simulator_ceiling pool process: its raw loop
+
+
+def _build_raw(env_id: str, kw: dict, b: int) -> None:
+    import plan_parallel as pp
+
+    ref = pp.make(env_id, backend="inline", **kw)
+    states, actions = make_workload(ref, b)
+    _RAW["env"], _RAW["run"] = raw_loop(env_id, kw, ref, states, actions, lambda e: e.unwrapped.step)
+    _RAW["b"] = b
+
+
+def _timed_raw(seconds: float) -> tuple[float, float, int]:
+    """Run the raw loop over its B items for about ``seconds``: (start, end, items)."""
+    run, b = _RAW["run"], _RAW["b"]
+    t0 = time.perf_counter()
+    items = 0
+    while time.perf_counter() - t0 < seconds:
+        run(b, 1)
+        items += b
+    return t0, time.perf_counter(), items
+
+
+def simulator_ceiling(env_id: str, kw: dict, workers: int, b: int, seconds: float = 0.5, repeats: int = 3) -> float:
+    """How much faster ``workers`` processes run the raw loop of this env than one, right now.
+
+    The ceiling of :func:`parallel_ceiling` is a Python loop's: an env whose
+    step is memory-bound (ALE) may gain much less from a second core of this
+    VM than a Python loop does. This measures the env itself, without
+    plan_parallel: each process runs the bench's raw loop (native state calls)
+    for ``seconds``, alone and then all at once; the figure is the median of
+    ``repeats`` (items/s together over the overlap ÷ items/s alone).
+    """
+    import multiprocessing as mp
+
+    ctx = mp.get_context("fork" if "fork" in mp.get_all_start_methods() else "spawn")
+    ratios = []
+    with ctx.Pool(workers, initializer=_build_raw, initargs=(env_id, kw, b)) as pool:
+        pool.map(_timed_raw, [0.05] * workers, chunksize=1)
+        for _ in range(repeats):
+            a, z, n = pool.apply(_timed_raw, (seconds,))
+            runs = pool.map(_timed_raw, [seconds] * workers, chunksize=1)
+            wall = max(r[1] for r in runs) - min(r[0] for r in runs)
+            ratios.append(sum(r[2] for r in runs) / wall / (n / (z - a)))
     return statistics.median(ratios)
 
 
@@ -133,6 +180,9 @@ def bench_process(repeats: int, quick: bool, workers: int) -> list[str]:
                         f"  {_placed(before, proc.stats)}"
                     )
             fixed.append(f"{label}: {fixed_cost(strict, states[0], repeats) * 1e6:.0f} us")
+            ceiling = simulator_ceiling(env_id, kw, workers, min(sizes[-1], 64), 0.2 if quick else 0.5)
+            lines.append(f"{label:<15} its raw loop in {workers} processes at once: {ceiling:.2f}x one (this env's "
+                         f"own ceiling here, now)")
             ref_tps = _async_vector_reference(env_id, kw, workers, 200 if quick else 1000)
             lines.append(f"{label:<15} gymnasium AsyncVectorEnv ({workers} envs, dt=1): {ref_tps:,.0f} items/s")
         finally:
