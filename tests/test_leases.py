@@ -197,3 +197,41 @@ def test_lent_rollout_observations_equal_inline(where: str, return_all: bool, or
             for k, s in enumerate(got.states):
                 assert np.shares_memory(s.obs, got.observations[k]), "a final state's obs is its batch's row"
         assert env.stats["lent_batches"] == 4
+
+
+def test_a_worker_keeps_a_bounded_set_of_slabs_attached(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Batches the caller keeps get new slabs each; a worker unmaps the least recently used past its
+    count and byte bounds (a freed slab lives while a worker maps it), never the chunk it is writing."""
+    from plan_parallel.wire import codec
+    from plan_parallel.wire.leases import LeasePool
+    from plan_parallel.wire.messages import Call, Op
+    from plan_parallel.wire.slabs import SlabPool
+    from plan_parallel.workers import server as server_module
+
+    monkeypatch.setattr(server_module, "MAX_ATTACHED_BYTES", 5 * (1 << 17))
+    with pp.make(CounterEnv, backend="inline", horizon=1000, obs_size=OBS) as oracle:
+        server = server_module.Server(pp.make(CounterEnv, backend="inline", horizon=1000, obs_size=OBS))
+        slabs, leases = SlabPool(), LeasePool()
+        kept = []
+        try:
+            s0 = oracle.reset(seed=0)[0]
+            acts = np.array([0, 1])
+            want = oracle.step_batch(acts, [s0, s0]).observations
+            for _ in range(12):
+                job = codec.Job(2, acts, [s0, s0], 1, None)
+                lease = leases.lease(2 * OBS * 4)
+                rows = lease.array(np.dtype(np.float32), (2, OBS))
+                req, slab = codec.encode(job, 0, 2, 4096, slabs.acquire, (lease.slab, rows))
+                reply = server_module.answer(server, Call(1, Op.STEP_BATCH, (req,)))
+                assert reply.error is None and reply.value.obs_written
+                np.testing.assert_array_equal(rows, want)
+                kept.append(rows)
+                slabs.release(slab)
+                assert sum(s.size for s in server.slabs.values()) <= 5 * (1 << 17) + slab.size
+            assert len(server.slabs) <= 6, len(server.slabs)
+            for rows in kept:
+                np.testing.assert_array_equal(rows, want)
+        finally:
+            server.close()
+            slabs.close()
+            leases.close()

@@ -31,11 +31,13 @@ from plan_parallel.wire.messages import (
 )
 from plan_parallel.wire.slabs import PROTOCOL, ArrayWriter, Slab, read_columns, write_rows
 
-__all__ = ["MAX_ATTACHED", "Server", "answer", "build_server", "ready_reply", "serve"]
+__all__ = ["MAX_ATTACHED", "MAX_ATTACHED_BYTES", "Server", "answer", "build_server", "ready_reply", "serve"]
 
-# Slabs a worker keeps attached (least recently used ones are unmapped): the parent reuses
-# its slabs, but the ones lent to batches whose results the caller keeps are new each time.
+# Slabs a worker keeps attached, at most this many and this many bytes (least recently used ones
+# are unmapped): the parent reuses its slabs, but the ones lent to batches whose results the caller
+# keeps are new each time, and a slab the parent freed stays in memory while a worker maps it.
 MAX_ATTACHED = 32
+MAX_ATTACHED_BYTES = 256 << 20
 
 
 class Server:
@@ -68,8 +70,12 @@ class Server:
             s = None
         if s is None:
             s = Slab(name, size, create=False)
-            while len(self.slabs) >= MAX_ATTACHED:
-                self.slabs.pop(next(iter(self.slabs))).close()
+            held = sum(x.size for x in self.slabs.values())
+            # The most recently used one stays: it is the chunk's own slab when its lent one is attached.
+            while len(self.slabs) > 1 and (len(self.slabs) >= MAX_ATTACHED or held + size > MAX_ATTACHED_BYTES):
+                oldest = self.slabs.pop(next(iter(self.slabs)))
+                held -= oldest.size
+                oldest.close()
         self.slabs[name] = s  # the most recently used last
         return s
 
