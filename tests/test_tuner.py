@@ -97,9 +97,10 @@ def test_a_shared_batch_leaves_the_calling_process_a_core() -> None:
 
 def test_work_smaller_than_a_message_is_not_split() -> None:
     t = Tuner(2)
-    t.learn_step(6e-6)  # CartPole: 6 us a step
-    assert t.n_chunks(2, 2) == 1 and t.n_chunks(8, 8) == 1  # 12 us, 48 us: one message
-    assert t.n_chunks(24, 24) == 1 and t.n_chunks(40, 40) == 2  # 144 us: one; 240 us: two of 120 us
+    t.learn_step(6e-5)  # 60 us a step (a worker's env time per CartPole step, serving included)
+    assert t.n_chunks(2, 2) == 1 and t.n_chunks(8, 8) == 1  # 120 us, 480 us: one message
+    assert t.n_chunks(24, 24) == 1 and t.n_chunks(40, 40) == 2  # 1.44 ms: one; 2.4 ms: two of 1.2 ms
+    t = Tuner(2)
     t.learn_step(1e-3)
     assert t.n_chunks(2, 2) == 2  # 1 ms items: worth a worker each
 
