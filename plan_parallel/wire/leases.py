@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from plan_parallel.interrupts import ctrl_c_deferred
 from plan_parallel.wire.slabs import Slab
 
 __all__ = ["LEND_MIN_BYTES", "Lease", "LeasePool", "row_layout"]
@@ -98,8 +99,9 @@ class LeasePool:
         for i, slab in enumerate(self._free):
             if nbytes <= slab.size <= 2 * nbytes:
                 return Lease(self, self._free.pop(i))
-        slab = Slab.create(-(-nbytes // PAGE) * PAGE)
-        self._all.append(slab)
+        with ctrl_c_deferred():  # a segment created is a segment tracked, or it outlives the env
+            slab = Slab.create(-(-nbytes // PAGE) * PAGE)
+            self._all.append(slab)
         return Lease(self, slab)
 
     def _take_returned(self) -> None:
