@@ -51,10 +51,8 @@ class Feeder:
         layout = None if self.leases is None else row_layout(self.observation_space, job.n)
         if layout is not None and isinstance(fut.gather, (StepGather, RolloutGather)):
             dtype, shape = layout
-            lease = self.leases.lease(int(np.prod(shape)) * dtype.itemsize)  # type: ignore[union-attr]
-            rows = lease.array(dtype, shape)
-            fut.gather.lend(rows)
-            fut.lent = (lease, rows)
+            fut.lease = self.leases.lease(int(np.prod(shape)) * dtype.itemsize)  # type: ignore[union-attr]
+            fut.gather.lend(fut.lease.array(dtype, shape))
         self.waiting.append(fut)
         return True
 
@@ -96,13 +94,13 @@ class Feeder:
         if per_out is None:
             first = job.states[lo] if job.states is not None else job.start
             per_out = out_bytes_guess(self.observation_space, first, job)
-        lent = fut.lent if shared_memory else None
-        obs_to = None if lent is None else (lent[0].slab, lent[1])
+        lease = fut.lease if shared_memory else None
+        obs_to = None if lease is None else (lease.slab, fut.gather.lent)  # type: ignore[union-attr]
         req, slab = encode(job, lo, hi, per_out, self.slabs.acquire if shared_memory else None, obs_to)
         part = Part(Call(call_id, job.op, (req,)), fut, lo, hi, slab, cost=job.cost(lo, hi), needs=job.start)
-        if lent is not None:
-            part.lease = lent[0]
-            lent[0].add_writer()
+        if lease is not None:
+            part.lease = lease
+            lease.add_writer()
         return part
 
     def absorb(self, part: Part, reply: ChunkReply) -> None:

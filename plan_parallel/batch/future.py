@@ -37,7 +37,7 @@ class BatchFuture:
         self.place = "workers"  # where the tuner sent it (see Tuner.place)
         self.max_workers = 1 << 30  # its chunks go to the first max_workers workers only
         self.on_done: Any = None  # called with the future once every part is answered
-        self.lent: Any = None  # (Lease, rows): the slab its observations are lent in (see wire.leases)
+        self.lease: Any = None  # the Lease its observations are lent in (wire.leases); its gather has the rows
         # A batch shared with the calling process: what result() runs before waiting (it takes
         # chunks from the back of ``pending``), the chunks running here, done here, and their env steps.
         self.helper: Any = None

@@ -122,7 +122,7 @@ class Placement:
             fut.helper = self.help_with
             self.stats["shared_batches"] += 1
         self.pool.submit(fut, self.tuner.n_chunks(job.n, steps, share=place == "share"))
-        if fut.lent is not None:
+        if fut.lease is not None:
             self.stats["lent_batches"] += 1
         return fut
 

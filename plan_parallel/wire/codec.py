@@ -23,7 +23,7 @@ from plan_parallel.results import RolloutBatch, StepBatch, share_observations, s
 from plan_parallel.state import State
 from plan_parallel.wire.columns import pack_states, unpack_infos, unpack_outcomes, unpack_states
 from plan_parallel.wire.messages import ChunkReply, ChunkRequest, Op, RolloutSpec
-from plan_parallel.wire.slabs import ALIGN, ArrayWriter, Slab
+from plan_parallel.wire.slabs import ALIGN, ArrayWriter, Slab, rows_fit
 
 __all__ = [
     "Gather",
@@ -334,8 +334,7 @@ class RolloutGather:
     def _lent_rows(self, lo: int, hi: int, rows: list) -> list:
         """``rows`` (chunk lo..hi's final observations) as rows of the lent array, copied in where they fit."""
         lent = self.lent
-        if lent is None or not rows or not all(
-                isinstance(r, np.ndarray) and r.shape == lent.shape[1:] and r.dtype == lent.dtype for r in rows):
+        if lent is None or not rows or not rows_fit(rows, lent.dtype, lent.shape[1:]):
             self.all_lent = False
             return rows
         for k, r in enumerate(rows):

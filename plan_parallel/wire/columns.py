@@ -40,19 +40,15 @@ def pack_states(states: Sequence[State], w: ArrayWriter, prefix: str, with_obs: 
 
 
 def _sim_blobs(states: Sequence[State]) -> list | None:
-    """The states' simulator values in bytes form, each state serialized once; None if one cannot be.
+    """The states' simulator values in bytes form; None if one cannot be serialized.
 
-    A state that came from a worker holds its bytes already; a batch that starts
-    N items from one state serializes it once.
+    Each state keeps the bytes it was made of or made once (:meth:`State.sim_blob`), so a
+    batch that starts N items from one state serializes it once.
     """
-    done: dict[int, Any] = {}
     try:
-        for s in states:
-            if id(s) not in done:
-                done[id(s)] = s.sim_blob()
+        return [s.sim_blob() for s in states]
     except Exception:  # a malformed state: pickled as given, for the worker's check to name it
         return None
-    return [done[id(s)] for s in states]
 
 
 def unpack_states(rest: dict[str, Any], cols: dict[str, np.ndarray], prefix: str, n: int) -> list[State]:

@@ -29,7 +29,7 @@ import numpy as np
 from plan_parallel.interrupts import ctrl_c_deferred
 
 __all__ = [
-    "ALIGN", "BLOB_BYTES", "PROTOCOL", "ArrayWriter", "Slab", "SlabPool", "blobs", "read_columns", "write_rows",
+    "ALIGN", "BLOB_BYTES", "PROTOCOL", "ArrayWriter", "Slab", "SlabPool", "blobs", "read_columns", "rows_fit", "write_rows",
 ]
 
 PROTOCOL = pickle.HIGHEST_PROTOCOL
@@ -60,11 +60,10 @@ class Slab:
 
         fd = _posixshmem.shm_open("/" + name, os.O_RDWR, mode=0o600)
         try:
-            self._mmap: mmap.mmap | None = mmap.mmap(fd, size)
+            self.mapping: mmap.mmap | None = mmap.mmap(fd, size)  # what lent arrays are views of
         finally:
             os.close(fd)
-        self.mapping: mmap.mmap | None = self._mmap  # what lent arrays are views of
-        self.buf: memoryview = memoryview(self._mmap)
+        self.buf: memoryview = memoryview(self.mapping)
 
     @classmethod
     def create(cls, size: int) -> Slab:
@@ -79,11 +78,10 @@ class Slab:
         A mapping that lent arrays still use is left to them: it is unmapped when the last one is freed.
         """
         with ctrl_c_deferred():
-            if self._mmap is not None:
+            if self.mapping is not None:
                 with contextlib.suppress(BufferError):  # arrays made of it are alive: they keep it mapped
                     self.buf.release()
-                    self._mmap.close()
-                self._mmap = None
+                    self.mapping.close()
                 self.mapping = None
             if self._shm is not None:
                 with contextlib.suppress(FileNotFoundError):
@@ -194,15 +192,17 @@ class ArrayWriter:
         return True
 
 
+def rows_fit(rows: Sequence[Any], dtype: np.dtype, shape: tuple[int, ...]) -> bool:
+    """Is every row an ndarray of exactly ``dtype`` and ``shape``?"""
+    return all(isinstance(r, np.ndarray) and r.dtype == dtype and r.shape == shape for r in rows)
+
+
 def write_rows(slab: Slab, offset: int, dtype: np.dtype, shape: tuple[int, ...], rows: Sequence[Any]) -> bool:
     """Write ``rows`` end to end at ``offset``, when each is an ndarray of exactly ``dtype`` and ``shape``.
 
     False, writing nothing, when one is not or they do not fit.
     """
-    for r in rows:
-        if not (isinstance(r, np.ndarray) and r.dtype == dtype and r.shape == shape):
-            return False
-    if offset + int(np.prod(shape)) * dtype.itemsize * len(rows) > slab.size:
+    if not rows_fit(rows, dtype, shape) or offset + int(np.prod(shape)) * dtype.itemsize * len(rows) > slab.size:
         return False
     out = slab.array(offset, dtype, (len(rows), *shape))
     for i, r in enumerate(rows):

@@ -105,22 +105,20 @@ class Server:
         packed = pack_states(states, w, prefix, with_obs=False)
         return packed, None if w.put_rows(prefix + "obs", obs) else obs
 
-    def _write_lent(self, req: ChunkRequest, obs: list) -> bool:
-        """Write the observations into the batch's lent slab, when the request has one and they fit it."""
-        if req.obs_out is None:
-            return False
-        name, size, offset, dtype, shape = req.obs_out
-        return write_rows(self._slab(name, size), offset, np.dtype(dtype), shape, obs)  # type: ignore[arg-type]
+    def _write_final(self, w: ArrayWriter, req: ChunkRequest, states: list, obs: list) -> tuple[dict, list | None, bool]:
+        """A chunk's final states and observations: :meth:`_write_items`, with the observations written into
+        the batch's lent slab when the request has one and they fit it (then True)."""
+        if req.obs_out is not None:
+            name, size, offset, dtype, shape = req.obs_out
+            if write_rows(self._slab(name, size), offset, np.dtype(dtype), shape, obs):  # type: ignore[arg-type]
+                return pack_states(states, w, "", with_obs=False), None, True
+        return (*self._write_items(w, "", states, obs), False)
 
     def step_batch(self, req: ChunkRequest) -> ChunkReply:
         slab, _, states, actions, dt, seeds = self._read(req)
         out_states, obs, rewards, terms, truncs, infos = self.env.run_raw(states, actions, dt, seeds)
         w = ArrayWriter(slab, req.out_offset)
-        written = self._write_lent(req, obs)
-        if written:
-            packed, listed = pack_states(out_states, w, "", with_obs=False), None
-        else:
-            packed, listed = self._write_items(w, "", out_states, obs)
+        packed, listed, written = self._write_final(w, req, out_states, obs)
         outcomes = pack_outcomes(
             w, rewards=np.array(rewards, dtype=np.float64), terminations=np.array(terms, dtype=bool),
             truncations=np.array(truncs, dtype=bool),
@@ -147,11 +145,7 @@ class Server:
             first_index=req.first_index, return_all=spec.return_all, n=req.n,
         )
         w = ArrayWriter(slab, req.out_offset)
-        written = self._write_lent(req, parts.observations)
-        if written:
-            packed, listed = pack_states(parts.states, w, "", with_obs=False), None
-        else:
-            packed, listed = self._write_items(w, "", parts.states, parts.observations)
+        packed, listed, written = self._write_final(w, req, parts.states, parts.observations)
         all_packed = all_listed = None
         if spec.return_all:
             flat_states = [s for row in parts.all_states for s in row]  # type: ignore[union-attr]
