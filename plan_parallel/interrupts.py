@@ -42,6 +42,8 @@ class ctrl_c_deferred:  # used as a function: ``with ctrl_c_deferred():``
         old = self.old
         if old is _NOT_HELD:
             return
-        _signal.signal(_SIGINT, old)
+        # None: the handler was not set from Python (as the interpreter shuts down, or a C
+        # library's): it cannot be put back, so the default action takes its place.
+        _signal.signal(_SIGINT, _signal.SIG_DFL if old is None else old)
         if self.came and callable(old):
             old(_SIGINT, None)

@@ -58,6 +58,23 @@ def test_process_backend_builds_and_steps_quietly() -> None:
     assert done.stderr == ""
 
 
+def test_a_script_that_never_closes_its_envs_exits_quietly() -> None:
+    """Envs left open are closed as the interpreter shuts down, when the signal module may already be torn down."""
+    done = run_child("""
+        import plan_parallel as pp
+        vec = pp.make_vec("CartPole-v1", 4, n_workers=2)
+        vec.reset(seed=0)
+        vec.step(vec.action_space.sample())
+        env = pp.make("CartPole-v1", n_workers=2, small_batch_inline=False)
+        state, _, _ = env.reset(seed=0)
+        env.step_batch([0, 1], [state, state])
+        print("done")
+    """)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "done"
+    assert done.stderr == ""
+
+
 def test_terminal_states_step_without_warning_in_process() -> None:
     env = pp.make("CartPole-v1", backend="inline")
     terminal = terminal_cartpole_state(env)
