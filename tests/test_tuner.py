@@ -33,7 +33,7 @@ def test_a_noisy_first_figure_does_not_keep_batches_away_for_good() -> None:
         if t.place(SIZE) == "workers":
             tried += 1
             t.learn(SIZE, "workers", 0.5e-6)
-    assert tried >= 1 and t.speed[(*SIZE, "workers")] < 1e-5
+    assert tried >= 1 and t.seconds_per_step(SIZE, "workers") < 1e-5
 
 
 def test_a_slower_place_is_re_measured_less_often_in_proportion_to_its_slowdown_squared() -> None:

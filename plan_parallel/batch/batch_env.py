@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import multiprocessing as mp
 import os
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -39,6 +40,7 @@ from plan_parallel.workers.process import default_context
 __all__ = ["BatchEnv"]
 
 log = logging.getLogger("plan_parallel")
+STEP_OP = Op.STEP_BATCH.value  # the tuner's name of step batches (read once: an Enum's value is slow to read)
 
 
 class BatchEnv:
@@ -273,7 +275,18 @@ class BatchEnv:
             WorkerTimeoutError: a worker exceeded ``timeout`` (it was replaced).
             WorkerCrashedError: workers died more than ``max_restarts`` times.
         """
-        return self._wait(self._step_batch(actions, states, dt, seeds, True))
+        self._check_open()
+        started = time.perf_counter()
+        decided = None
+        if type(dt) is int and dt >= 1 and type(states) in (list, tuple) and states:
+            # The batch's size class is known before its checks: when the tuner places it here,
+            # the local env takes the call as the inline backend would (the same checks and errors).
+            steps = len(states) * dt
+            decided = self._placement.where(STEP_OP, steps, True)
+            if decided[1] == "here":
+                return self._placement.run_here_timed(
+                    decided[0], steps, len(states), lambda local: local.step_batch(actions, states, dt, seeds=seeds))
+        return self._wait(self._step_batch(actions, states, dt, seeds, True, decided, started))
 
     def step_batch_async(
         self, actions: Any, states: Sequence[State] | None = None, dt: Any = 1, *, seeds: Any = None
@@ -281,8 +294,8 @@ class BatchEnv:
         """Send a batch and return at once; ``.result(timeout)`` gathers it. Several may be in flight."""
         return self._step_batch(actions, states, dt, seeds, False)
 
-    def _step_batch(self, actions: Any, states: Sequence[State] | None, dt: Any, seeds: Any,
-                    waited_in_full: bool) -> BatchFuture:
+    def _step_batch(self, actions: Any, states: Sequence[State] | None, dt: Any, seeds: Any, waited_in_full: bool,
+                    decided: tuple[tuple[str, int], str] | None = None, started: float | None = None) -> BatchFuture:
         self._check_open()
         job = step_job(self.action_space, self.kind, self.reseedable, self._current, actions, states, dt, seeds)
         if job.n == 0:
@@ -291,7 +304,7 @@ class BatchEnv:
             return BatchFuture.completed(0, StepBatch(
                 [], stack_observations(self.observation_space, []), empty.astype(np.float64), empty.astype(bool),
                 empty.astype(bool), []))
-        return self._placement.submit(job, waited_in_full)
+        return self._placement.submit(job, waited_in_full, decided, started)
 
     def step_batch_checked(self, actions: Any, states: Sequence[State], dt: int = 1, *, validated: bool = False,
                            here: Callable[[int, int], tuple] | None = None) -> StepBatch:

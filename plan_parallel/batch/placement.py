@@ -91,31 +91,33 @@ class Placement:
             self._local.close()
 
     # ------------------------------------------------------------------ submitting
-    def submit(self, job: Job, waited_in_full: bool = False) -> BatchFuture:
+    def where(self, op: str, steps: int, can_share: bool) -> tuple[tuple[str, int], str]:
+        """The size class of a batch of ``steps`` env steps of ``op``, and where the tuner runs it."""
+        size_class = Tuner.size_class(op, steps)
+        return size_class, self.tuner.place(size_class, can_share)
+
+    def submit(self, job: Job, waited_in_full: bool = False, decided: tuple[tuple[str, int], str] | None = None,
+               started: float | None = None) -> BatchFuture:
         """Run ``job`` where the tuner says; a future of its result.
 
         ``waited_in_full``: the caller waits for the result at once and cancels
         the batch if waiting raises, so the batch may be shared with this thread.
+        ``decided``: :meth:`where` asked already for this batch. ``started``: when
+        the call began (its checks count in its time, as in :meth:`run_here_timed`).
         """
         steps = job.cost(0, job.n)
-        size_class = Tuner.size_class(job.op.value, steps)
+        size_class, place = decided or self.where(job.op.value, steps, waited_in_full)
+        if place == "here":
+            value = self.run_here_timed(size_class, steps, job.n, lambda local: self.run_here(local, job), started)
+            return BatchFuture.completed(job.n, value)
         self.stats["batches"] += 1
         self.stats["items"] += job.n
-        place = self.tuner.place(size_class, can_share=waited_in_full)
-        if place == "here":
-            with self.lock:  # threads take turns on the one local env
-                local = self.local()  # built outside the timing: its cost is not a step's
-                t0 = time.perf_counter()
-                value = self.run_here(local, job)
-                self.tuner.learn(size_class, "here", (time.perf_counter() - t0) / max(1, steps))
-            self.stats["inline_batches"] += 1
-            return BatchFuture.completed(job.n, value)
         if place == "share":
             self.local()  # built before the clock starts: its cost is not a step's
         fut = BatchFuture(self.pool, job.n, job, job.gatherer(self.observation_space))
         fut.size_class = size_class
         fut.place = place
-        fut.started = time.perf_counter()
+        fut.started = time.perf_counter() if started is None else started
         fut.on_done = self.account
         if place == "share":
             fut.max_workers = self.tuner.share_workers
@@ -125,6 +127,24 @@ class Placement:
         if fut.lease is not None:
             self.stats["lent_batches"] += 1
         return fut
+
+    def run_here_timed(self, size_class: tuple[str, int], steps: int, n: int, run: Callable[[PlanEnv], Any],
+                       started: float | None = None) -> Any:
+        """``run(local env)``, a batch of ``n`` items and ``steps`` env steps placed here, timed for the tuner.
+
+        Its time counts from ``started`` (when the call began: its checks, as a batch sent to the
+        workers counts them), less any wait for another thread's batch here.
+        """
+        checks = 0.0 if started is None else time.perf_counter() - started
+        self.stats["batches"] += 1
+        self.stats["items"] += n
+        with self.lock:  # threads take turns on the one local env
+            local = self.local()  # built outside the timing: its cost is not a step's
+            t0 = time.perf_counter()
+            value = run(local)
+            self.tuner.learn(size_class, "here", (time.perf_counter() - t0 + checks) / max(1, steps))
+        self.stats["inline_batches"] += 1
+        return value
 
     @staticmethod
     def run_here(local: PlanEnv, job: Job) -> Any:

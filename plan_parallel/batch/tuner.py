@@ -27,6 +27,22 @@ PLACES = ("workers", "here", "share")  # share: the workers take chunks from the
 MODES = ("auto", *PLACES)
 
 
+PLACE_INDEX = {p: j for j, p in enumerate(PLACES)}
+
+
+class Figures:
+    """What the tuner measured of one (op, size class): per place (in the order of :data:`PLACES`), its
+    seconds per env step, how many batches were measured, and how many batches ran elsewhere since it
+    was last tried."""
+
+    __slots__ = ("samples", "speed", "waited")
+
+    def __init__(self) -> None:
+        self.speed = [0.0] * len(PLACES)
+        self.samples = [0] * len(PLACES)
+        self.waited = [0] * len(PLACES)
+
+
 def usable_cores() -> int:
     """The cores this process may run on (its CPU affinity where the OS has one)."""
     if hasattr(os, "sched_getaffinity"):
@@ -61,12 +77,7 @@ class Tuner:
         # process per core (on 2 cores, the caller and 1 worker ran Pong 1.41x inline, the
         # caller and 2 workers 1.20x: a third busy process only takes turns on the cores).
         self.share_workers = max(1, min(n_workers, (cores or usable_cores()) - 1))
-        # Measured seconds per env step, per (op, size class, place), and how many
-        # batches of a class ran elsewhere since each place was last tried.
-        self.speed: dict[tuple[str, int, str], float] = {}
-        self.samples: dict[tuple[str, int, str], int] = {}
-        self.waited: dict[tuple[str, int, str], int] = {}  # batches since the place was last tried
-        self._keys: dict[tuple[str, int], tuple[tuple[str, int, str], ...]] = {}  # a size class's keys, per place
+        self._figures: dict[tuple[str, int], Figures] = {}  # per (op, size class): see Figures
         self.step_seconds: float | None = None  # a worker's seconds per env step (EMA)
 
     @staticmethod
@@ -96,31 +107,26 @@ class Tuner:
         """
         if self.mode != "auto":
             return self.mode if can_share or self.mode != "share" else "workers"
-        keys = self._keys.get(size_class)
-        if keys is None:
-            keys = self._keys[size_class] = tuple((*size_class, p) for p in PLACES)
-        if not can_share:
-            keys = keys[:2]  # "share" is the last of PLACES
-        counts = [self.samples.get(k, 0) for k in keys]
-        fewest = min(counts)
+        figures = self._figures.get(size_class) or self._figures.setdefault(size_class, Figures())
+        samples = figures.samples if can_share else figures.samples[:2]  # "share" is the last of PLACES
+        fewest = min(samples)
         if fewest < FIRST_SAMPLES:  # the first place, in the order of PLACES, with the fewest samples
-            return PLACES[counts.index(fewest)]
-        speeds = [self.speed[k] for k in keys]
-        best = speeds.index(min(speeds))
-        fastest = max(speeds[best], 1e-12)
-        due: list[tuple[float, str]] = []
-        for j, key in enumerate(keys):
-            if j == best:
-                continue
-            waited = self.waited[key] = self.waited.get(key, 0) + 1
-            every = EXPLORE_EVERY * min(MAX_EXPLORE_FACTOR, speeds[j] / fastest) ** 2
-            if waited >= every:
-                due.append((waited / every, PLACES[j]))
-        if not due:
-            return PLACES[best]
-        p = max(due)[1]
-        self.waited[(*size_class, p)] = 0
-        return p
+            return PLACES[samples.index(fewest)]
+        speed = figures.speed if can_share else figures.speed[:2]
+        fastest = min(speed)
+        best = speed.index(fastest)
+        waited = figures.waited
+        chosen, most = best, (1.0, "")
+        for j, seconds in enumerate(speed):
+            if j != best:
+                waited[j] += 1
+                due = (waited[j] / (EXPLORE_EVERY * min(MAX_EXPLORE_FACTOR, seconds / max(fastest, 1e-12)) ** 2),
+                       PLACES[j])
+                if due >= most:
+                    chosen, most = j, due
+        if chosen != best:
+            waited[chosen] = 0
+        return PLACES[chosen]
 
     def learn(self, size_class: tuple[str, int], place: str, seconds_per_step: float) -> None:
         """Record a batch's wall time per env step at ``place`` (one of :data:`PLACES`).
@@ -131,17 +137,23 @@ class Tuner:
         while the machine was swamped is re-measured rarely, and must not need
         dozens of visits to recover.
         """
-        key = (*size_class, place)
-        old = self.speed.get(key)
-        seen = self.samples[key] = self.samples.get(key, 0) + 1
-        if old is None:
-            self.speed[key] = seconds_per_step
+        figures = self._figures.get(size_class) or self._figures.setdefault(size_class, Figures())
+        j = PLACE_INDEX[place]
+        old = figures.speed[j]
+        seen = figures.samples[j] = figures.samples[j] + 1
+        if seen == 1:
+            figures.speed[j] = seconds_per_step
         elif seen <= 3:
-            self.speed[key] = min(old, seconds_per_step)
+            figures.speed[j] = min(old, seconds_per_step)
         elif seconds_per_step < 0.5 * old:
-            self.speed[key] = seconds_per_step
+            figures.speed[j] = seconds_per_step
         else:
-            self.speed[key] = 0.7 * old + 0.3 * seconds_per_step
+            figures.speed[j] = 0.7 * old + 0.3 * seconds_per_step
+
+    def seconds_per_step(self, size_class: tuple[str, int], place: str) -> float | None:
+        """The measured wall time per env step of batches of ``size_class`` at ``place`` (None: not measured)."""
+        figures = self._figures.get(size_class)
+        return None if figures is None or not figures.samples[PLACE_INDEX[place]] else figures.speed[PLACE_INDEX[place]]
 
     def learn_step(self, seconds_per_step: float) -> None:
         """Record the env time per step the workers reported for a batch."""
