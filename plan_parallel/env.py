@@ -419,9 +419,10 @@ class PlanEnv:
             StateError: ``state`` belongs to another env or is malformed.
         """
         self._check_open()
-        self._adapter.validate(state)
-        self._held = None
-        self._adapter.restore(state)
+        if state is not self._held:  # the env holds this very state already: nothing to restore
+            self._adapter.validate(state)
+            self._held = None
+            self._adapter.restore(state)
         self._state = self._held = state
         self._live_is_current = True
 

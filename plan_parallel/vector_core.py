@@ -252,13 +252,22 @@ class VectorCore(VectorAttrs, VectorEnv):  # type: ignore[misc]  # np_random(_se
     def _reset_one(self, i: int, state: State | None, seed: int | None, options: dict | None) -> tuple:
         """Reset sub-env ``i`` whose current state is ``state`` (None: never reset). Returns ``(state, obs, info)``.
 
-        Its group's local env is restored to ``state`` first, so a reset with
+        The env that resets it is restored to ``state`` first, so a reset with
         ``seed=None`` continues the sub-env's own RNG (and every other piece of its
-        state that outlives a reset), as a separate env per sub-env would.
+        state that outlives a reset), as a separate env per sub-env would. That env
+        is the sub-env's resident env when there are residents: after a step here it
+        holds ``state`` (no restore), and after the reset, the state the next step
+        starts from. Otherwise its group's local env.
         """
         group = self._recipes.of(i)
         local = group.local
         if state is not None:
+            if self._residents is not None:  # the sub-env's own env (it may hold ``state``: no restore)
+                resident = self._residents.env(i)
+                resident.set_state(state)
+                out = resident.reset(seed=seed, options=options)
+                self._last_seed = seed
+                return out
             local.set_state(state)
         elif seed is None and not self._recipes.fresh_for(i):
             # A never-reset sub-env reset without a seed: a fresh env, as SyncVectorEnv's would be.

@@ -126,3 +126,19 @@ def test_an_env_error_leaves_no_held_state() -> None:
         got = env.step_batch([0], states=[after])
         want = ref.step_batch([0], states=[_copy(after)])
         assert _batch_outcome(got) == _batch_outcome(want)
+
+
+@pytest.mark.parametrize("env_id, kwargs", [("FrozenLake-v1", {"is_slippery": True}), ("ALE/Pong-v5", {})])
+def test_set_state_restores_unless_the_env_holds_that_very_state(env_id: str, kwargs: dict) -> None:
+    """``set_state`` then a reset without a seed (a vector env's autoreset) equals the same on a fresh env."""
+    with pp.make(env_id, backend="inline", **kwargs) as env, pp.make(env_id, backend="inline", **kwargs) as fresh:
+        start, _, _ = env.reset(seed=3)
+        mid, *_ = env.step(1)
+        env.step_batch([2, 3, 1], states=[start, mid, mid])  # the env moves away from `mid` (and its RNG on)
+        env.set_state(mid)  # restored
+        env.set_state(mid)  # held: nothing to restore
+        state, obs, info = env.reset()
+        fresh.set_state(_copy(mid))
+        want_state, want_obs, want_info = fresh.reset()
+        assert _outcome(state, obs, 0.0, False, False, info) == _outcome(want_state, want_obs, 0.0, False, False,
+                                                                          want_info)
