@@ -61,3 +61,31 @@ def test_a_state_serialized_once_is_not_serialized_again() -> None:
         assert copy == s and copy.key() == s.key()
         copy.sim = s.sim  # setting the simulator value drops the bytes made from the old one
         assert copy.sim_blob() is not blob and copy.sim_blob() == blob
+
+
+def test_a_decoded_state_reserves_room_for_its_bytes_in_the_chunk_slab(
+        shared_pong: tuple[pp.PlanEnv, pp.BatchEnv]) -> None:
+    """A state made in this process (decoded) travels as its bytes form: the chunk's slab has room for them.
+
+    Sized without them, the input blobs took the results' room, and every other
+    Pong chunk sent its 16 result states (~230 KB) pickled through the pipe.
+    """
+    from plan_parallel.wire.codec import Job, encode
+    from plan_parallel.wire.slabs import Slab
+
+    inline, _ = shared_pong
+    s0 = inline.reset(seed=0)[0]
+    assert type(s0.wire_sim).__name__ == "ALEState"
+    asked: list[int] = []
+
+    def acquire(size: int) -> Slab:
+        asked.append(size)
+        return Slab.create(size)
+
+    req, slab = encode(Job(4, np.zeros(4, dtype=np.int64), [s0] * 4, 1, None), 0, 4, 0, acquire)
+    assert slab is not None
+    try:
+        assert asked[0] >= 4 * len(s0.sim_blob()), "no room was reserved for the input states' bytes"
+        assert req.states is not None and "sim" not in req.states, "the states' bytes went into the message"
+    finally:
+        slab.close()

@@ -119,16 +119,26 @@ class Job:
         return RolloutGather(self.n, observation_space, self.rollout)
 
 
-def sim_bytes(sim: Any) -> int:
-    """Slab bytes one simulator value takes (0 for values that are pickled instead)."""
+def sim_bytes(state: State) -> int:
+    """Slab bytes one state's simulator value takes: its array, or its family's bytes form (0 for values
+    that are pickled instead).
+
+    A decoded state of a family with a bytes form (an ALE state made in this process)
+    travels as those bytes: they are made now, and kept by the state for the chunk.
+    """
+    sim = state.wire_sim
     if isinstance(sim, np.ndarray):
         return sim.nbytes
-    return len(sim) + 16 if type(sim) is bytes else 0
+    try:
+        blob = state.sim_blob()
+    except Exception:  # a malformed state: pickled as given, for the worker's check to name it
+        return 0
+    return 0 if blob is None else len(blob) + 16
 
 
 def out_bytes_guess(observation_space: spaces.Space, state: State | None, job: Job) -> int:
     """Slab bytes an item's results may take before any was measured: its simulator array and observations."""
-    sim = 0 if state is None else sim_bytes(state.wire_sim)
+    sim = 0 if state is None else sim_bytes(state)
     shape = getattr(observation_space, "shape", None)
     dtype = getattr(observation_space, "dtype", None)
     obs_bytes = int(np.prod(shape)) * np.dtype(dtype).itemsize if shape and dtype is not None else 0
@@ -151,7 +161,7 @@ def encode(job: Job, lo: int, hi: int, per_item_out: int, acquire: Callable[[int
     act_arr = isinstance(actions, np.ndarray) and not actions.dtype.hasobject
     est_in = (actions[lo:hi].nbytes if act_arr else 0) + 16 * m + 128
     if sub_states is not None:
-        est_in += sim_bytes(sub_states[0].wire_sim) * m
+        est_in += sim_bytes(sub_states[0]) * m
     slab = acquire(est_in + per_item_out * m + 4 * ALIGN) if acquire is not None else None
     w = ArrayWriter(slab)
     req_actions = None
