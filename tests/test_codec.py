@@ -139,3 +139,74 @@ def test_slabs_are_private_to_the_user() -> None:
     finally:
         slab.close()
     assert not os.path.exists(f"/dev/shm/{slab.name}")
+
+
+def test_a_writer_counts_every_column_that_did_not_fit_in_what_it_needs() -> None:
+    """``needed`` is where the columns would end had each fitted: the next chunk's slab is sized from it.
+
+    It was the end of the last column tried, so a large column that did not fit
+    (a rollout's every observation) was forgotten when a smaller one came after,
+    and every later chunk sent it pickled again.
+    """
+    from plan_parallel.wire.slabs import ALIGN, ArrayWriter
+
+    slab = Slab.create(1 << 16)
+    try:
+        w = ArrayWriter(slab)
+        assert w.put_array("small", np.zeros(100, dtype=np.uint8))
+        assert not w.put_array("large", np.zeros(1 << 17, dtype=np.uint8))
+        assert not w.put_blobs("blobs", [b"x" * (1 << 16)])
+        assert w.put_array("after", np.zeros(100, dtype=np.uint8))
+        assert w.needed >= 100 + (1 << 17) + 8 + (1 << 16) + 100, w.needed
+        assert w.needed <= 100 + (1 << 17) + 8 + (1 << 16) + 100 + 5 * ALIGN
+    finally:
+        slab.close()
+
+
+def test_rollout_chunks_with_every_step_travel_in_shared_memory_after_the_first() -> None:
+    """Pong rollouts with ``return_all``: once the first chunks told their size, no later reply pickles a state
+    or an observation (they were 6.9 MB each, in the pipe)."""
+    import plan_parallel.batch.feeder as feeder_module
+
+    sizes: list[tuple[Any, Any]] = []
+    absorb = feeder_module.Feeder.absorb
+
+    def spy(self: Any, part: Any, reply: Any) -> None:
+        sizes.append((reply.all_obs, reply.all_states))
+        absorb(self, part, reply)
+
+    with pp.make("ALE/Pong-v5", backend="inline") as inline, \
+            pp.make("ALE/Pong-v5", backend="process", n_workers=2, small_batch_inline=False) as proc:
+        start = inline.reset(seed=0)[0]
+        proc.rollout_batch([start] * 6, horizon=3)  # sizes learned for rollouts without every step first
+        feeder_module.Feeder.absorb = spy  # type: ignore[method-assign]
+        try:
+            for _ in range(3):
+                got = proc.rollout_batch([start] * 6, np.ones((6, 3), dtype=np.int64), return_all=True)
+        finally:
+            feeder_module.Feeder.absorb = absorb  # type: ignore[method-assign]
+        want = inline.rollout_batch([start] * 6, np.ones((6, 3), dtype=np.int64), return_all=True)
+    assert [s.key() for row in got.all_states for s in row] == [s.key() for row in want.all_states for s in row]
+    later = sizes[len(sizes) // 3:]  # after the first call's chunks
+    assert later and all(obs is None and "sim" not in states for obs, states in later), later[:1]
+
+
+def test_a_policy_rollout_chunk_has_room_for_its_start_observations() -> None:
+    """A policy reads each item's start observation, which travels with its state: the chunk's slab has room for
+    both (Pong rollout requests pickled 3 observations, 303 KB, into the pipe)."""
+    with pp.make("ALE/Pong-v5", backend="inline") as inline:
+        start = inline.reset(seed=0)[0]
+        spec = RolloutSpec(3, cloudpickle.dumps(inline.uniform_policy()), False)
+        asked: list[int] = []
+
+        def acquire(size: int) -> Slab:
+            asked.append(size)
+            return Slab.create(size)
+
+        req, slab = encode(Job(3, None, [start] * 3, 1, None, rollout=spec), 0, 3, 0, acquire)
+        assert slab is not None
+        try:
+            assert asked[0] >= 3 * (len(start.sim_blob()) + start.obs.nbytes)
+            assert req.states is not None and "obs" not in req.states and "sim" not in req.states
+        finally:
+            slab.close()

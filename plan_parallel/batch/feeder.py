@@ -15,7 +15,7 @@ import numpy as np
 
 from plan_parallel.batch.future import BatchFuture
 from plan_parallel.batch.parts import Part, Slot, SlotState
-from plan_parallel.wire.codec import RolloutGather, StepGather, encode, out_bytes_guess, split_by_cost
+from plan_parallel.wire.codec import Job, RolloutGather, StepGather, encode, out_bytes_guess, split_by_cost
 from plan_parallel.wire.leases import LeasePool, row_layout
 from plan_parallel.wire.messages import Call, ChunkReply, Op
 from plan_parallel.wire.slabs import SlabPool, read_columns
@@ -23,6 +23,11 @@ from plan_parallel.wire.slabs import SlabPool, read_columns
 __all__ = ["QUEUED_PER_WORKER", "Feeder"]
 
 QUEUED_PER_WORKER = 2  # chunks queued per worker: a worker never waits for the parent
+
+
+def _results_kind(job: Job) -> tuple[Op, bool]:
+    """What sizes an item's results: the op, and whether a rollout returns every step's state and observation."""
+    return job.op, job.rollout is not None and job.rollout.return_all
 
 
 class Feeder:
@@ -39,7 +44,7 @@ class Feeder:
         self.leases = leases
         self.observation_space: Any = None
         self.waiting: deque[BatchFuture] = deque()  # batches with chunks not sent yet, oldest first
-        self._out_per_item: dict[Op, int] = {}  # result bytes per item seen so far, per op
+        self._out_per_item: dict[tuple[Op, bool], int] = {}  # result bytes per item seen so far, per op and return_all
 
     def add(self, fut: BatchFuture, n_chunks: int) -> bool:
         """Split ``fut``'s job into chunks to send; False when it has none (an empty batch)."""
@@ -90,7 +95,7 @@ class Feeder:
         job = fut.job
         assert job is not None
         lo, hi = fut.pending[0]
-        per_out = self._out_per_item.get(job.op)
+        per_out = self._out_per_item.get(_results_kind(job))
         if per_out is None:
             first = job.states[lo] if job.states is not None else job.start
             per_out = out_bytes_guess(self.observation_space, first, job)
@@ -110,8 +115,8 @@ class Feeder:
         the part is marked answered, the part is sent again, into the same slab.
         """
         m = part.hi - part.lo
-        op = part.call.op
-        self._out_per_item[op] = max(self._out_per_item.get(op, 0), -(-reply.needed // m) + 64)
+        kind = _results_kind(part.future.job)  # type: ignore[arg-type]
+        self._out_per_item[kind] = max(self._out_per_item.get(kind, 0), -(-reply.needed // m) + 64)
         cols = read_columns(part.slab, reply.layout, views=("obs", "all_obs"))
         part.future.gather.absorb(part.lo, part.hi, reply, cols)  # type: ignore[union-attr]
 

@@ -160,8 +160,11 @@ def encode(job: Job, lo: int, hi: int, per_item_out: int, acquire: Callable[[int
     sub_states = None if job.states is None else job.states[lo:hi]
     act_arr = isinstance(actions, np.ndarray) and not actions.dtype.hasobject
     est_in = (actions[lo:hi].nbytes if act_arr else 0) + 16 * m + 128
+    # A policy reads the start observation: it travels with the states.
+    with_obs = job.rollout is not None and actions is None
     if sub_states is not None:
-        est_in += sim_bytes(sub_states[0]) * m
+        first = sub_states[0]
+        est_in += (sim_bytes(first) + (first.obs.nbytes if with_obs and isinstance(first.obs, np.ndarray) else 0)) * m
     slab = acquire(est_in + per_item_out * m + 4 * ALIGN) if acquire is not None else None
     w = ArrayWriter(slab)
     req_actions = None
@@ -169,8 +172,6 @@ def encode(job: Job, lo: int, hi: int, per_item_out: int, acquire: Callable[[int
         req_actions = actions[lo:hi]
     req_dt: Any = dt if isinstance(dt, int) else (None if w.put_array("dt", dt[lo:hi]) else dt[lo:hi])
     req_seeds = None if seeds is None or w.put_array("seeds", seeds[lo:hi]) else seeds[lo:hi]
-    # A policy reads the start observation: it travels with the states.
-    with_obs = job.rollout is not None and actions is None
     packed = None if sub_states is None else pack_states(sub_states, w, "in_", with_obs=with_obs)
     req = ChunkRequest(
         n=m, first_index=lo, slab=None if slab is None else slab.name, slab_size=0 if slab is None else slab.size,

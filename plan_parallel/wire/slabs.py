@@ -130,11 +130,11 @@ class ArrayWriter:
         self.slab = slab
         self.pos = start
         self.layout: dict[str, tuple[int, str, tuple[int, ...]]] = {}
-        self.needed = start
+        self.needed = start  # where the columns would end had every one fitted (what to reserve next time)
 
     def _reserve(self, nbytes: int) -> int | None:
+        self.needed = -(-self.needed // ALIGN) * ALIGN + nbytes
         off = -(-self.pos // ALIGN) * ALIGN
-        self.needed = off + nbytes
         if self.slab is None or off + nbytes > self.slab.size:
             return None
         self.pos = off + nbytes
@@ -159,7 +159,7 @@ class ArrayWriter:
             return False
         ends = np.cumsum([len(r) for r in rows], dtype=np.int64)
         at_ends = self._reserve(ends.nbytes)
-        at_data = None if at_ends is None else self._reserve(int(ends[-1]))
+        at_data = self._reserve(int(ends[-1]))  # reserved (or counted as needed) either way
         if at_ends is None or at_data is None:
             return False
         slab.array(at_ends, ends.dtype, ends.shape)[...] = ends
