@@ -193,20 +193,27 @@ def test_rollout_chunks_with_every_step_travel_in_shared_memory_after_the_first(
 
 def test_a_policy_rollout_chunk_has_room_for_its_start_observations() -> None:
     """A policy reads each item's start observation, which travels with its state: the chunk's slab has room for
-    both (Pong rollout requests pickled 3 observations, 303 KB, into the pipe)."""
+    both (Pong rollout requests pickled 3 observations, 303 KB, into the pipe). Uniform random actions (no
+    actions, no policy) read none: the observations stay here."""
     with pp.make("ALE/Pong-v5", backend="inline") as inline:
         start = inline.reset(seed=0)[0]
-        spec = RolloutSpec(3, cloudpickle.dumps(inline.uniform_policy()), False)
+        policy = inline.uniform_policy()
         asked: list[int] = []
 
         def acquire(size: int) -> Slab:
             asked.append(size)
             return Slab.create(size)
 
-        req, slab = encode(Job(3, None, [start] * 3, 1, None, rollout=spec), 0, 3, 0, acquire)
-        assert slab is not None
-        try:
-            assert asked[0] >= 3 * (len(start.sim_blob()) + start.obs.nbytes)
-            assert req.states is not None and "obs" not in req.states and "sim" not in req.states
-        finally:
-            slab.close()
+        for given in (policy, None):
+            spec = RolloutSpec(3, None if given is None else cloudpickle.dumps(given), False)
+            req, slab = encode(Job(3, None, [start] * 3, 1, None, rollout=spec, policy=given), 0, 3, 0, acquire)
+            assert slab is not None
+            try:
+                assert req.states is not None and "obs" not in req.states and "sim" not in req.states
+                if given is not None:
+                    assert asked[-1] >= 3 * (len(start.sim_blob()) + start.obs.nbytes)
+                    assert "in_obs" in req.layout
+                else:
+                    assert "in_obs" not in req.layout, "uniform random actions read no observation"
+            finally:
+                slab.close()

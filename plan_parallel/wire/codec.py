@@ -160,8 +160,9 @@ def encode(job: Job, lo: int, hi: int, per_item_out: int, acquire: Callable[[int
     sub_states = None if job.states is None else job.states[lo:hi]
     act_arr = isinstance(actions, np.ndarray) and not actions.dtype.hasobject
     est_in = (actions[lo:hi].nbytes if act_arr else 0) + 16 * m + 128
-    # A policy reads the start observation: it travels with the states.
-    with_obs = job.rollout is not None and actions is None
+    # A policy reads the start observation: it travels with the states (uniform random actions,
+    # the default when neither actions nor a policy is given, read none).
+    with_obs = job.rollout is not None and actions is None and job.policy is not None
     if sub_states is not None:
         first = sub_states[0]
         est_in += (sim_bytes(first) + (first.obs.nbytes if with_obs and isinstance(first.obs, np.ndarray) else 0)) * m
