@@ -89,3 +89,22 @@ def test_a_decoded_state_reserves_room_for_its_bytes_in_the_chunk_slab(
         assert req.states is not None and "sim" not in req.states, "the states' bytes went into the message"
     finally:
         slab.close()
+
+
+def test_an_ale_states_sticky_action_is_an_int_and_an_enum_one_restores_alike(
+        shared_pong: tuple[pp.PlanEnv, pp.BatchEnv]) -> None:
+    """The previous action sticky frames repeat is kept as an int (it pickles in a byte; an ale_py.Action
+    unpickles through an enum call); a state saved with the enum (earlier versions) steps identically."""
+    import ale_py
+
+    inline, proc = shared_pong
+    s0 = inline.reset(seed=0)[0]
+    state = inline.step_batch(np.array([3]), [s0]).states[0]
+    assert type(state.extra[0]) is int
+    with_enum = State(state.kind, state.sim, (ale_py.Action(state.extra[0]), state.extra[1]), state.rng,
+                      state.wrappers, state.obs)
+    for env in (inline, proc):
+        got = env.step_batch(ACTS, [with_enum] * 6, dt=5)
+        want = inline.step_batch(ACTS, [state] * 6, dt=5)
+        assert [s.sim_blob() for s in got.states] == [s.sim_blob() for s in want.states]
+        assert np.array_equal(got.observations, want.observations) and np.array_equal(got.rewards, want.rewards)

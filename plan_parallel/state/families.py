@@ -221,7 +221,7 @@ class AleAdapter(Adapter):
         import ale_py
 
         self._state_type = ale_py.ALEState
-        self._noop = ale_py.Action.NOOP
+        self._noop = ale_py.Action.NOOP.value
         if "_pp_sticky_p" not in u.__dict__:
             p = float(self._ale.getFloat("repeat_action_probability"))
             u._pp_sticky_p = p
@@ -248,7 +248,8 @@ class AleAdapter(Adapter):
         return None
 
     def check_extra(self, extra: Any) -> str | None:
-        # The previous (action, strength) that sticky actions repeat.
+        # The previous (action, strength) that sticky actions repeat (the action an int; an
+        # ale_py.Action in states saved by earlier versions, which restore alike).
         if type(extra) is not tuple or len(extra) != 2 or not isinstance(extra[1], float):
             return f"expected extra as the sticky (action, strength) pair, got {extra!r:.200}"
         return None
@@ -270,7 +271,10 @@ def _take_over_stickiness(u: Any) -> None:
 
     import ale_py
 
-    u._pp_noop = ale_py.Action.NOOP
+    # Actions kept as ints (ALE's act takes them): the previous action is part of every state,
+    # and an int pickles in a byte where an ale_py.Action unpickles through a call (~0.6 us).
+    u._pp_noop = ale_py.Action.NOOP.value
+    u._pp_action_ids = [a.value for a in u._action_set]
     u.reset = reset
     u.step = functools.partial(_sticky_step, u)
 
@@ -290,11 +294,11 @@ def _sticky_step(u: Any, action: Any) -> tuple:
                 left_center_right=-int(x < -th) + int(x > th),
                 down_center_up=-int(y < -th) + int(y > th),
                 fire=bool(action[-1] > th),
-            ),
+            ).value,
             float(action[0]),
         )
     else:
-        wanted = (u._action_set[action], 1.0)
+        wanted = (u._pp_action_ids[action], 1.0)
     keep = rng.random(fs) < u._pp_sticky_p
     prev = u._pp_sticky_prev
     ale = u.ale
