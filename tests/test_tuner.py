@@ -118,3 +118,44 @@ def test_a_power_of_two_batch_and_the_same_batch_short_of_a_few_items_share_a_si
     assert Tuner.size_class("step_batch", 17) == ("step_batch", 5)
     assert Tuner.size_class("step_batch", 1) == ("step_batch", 0)
     assert Tuner.size_class("rollout_batch", 16) != Tuner.size_class("step_batch", 16)
+
+
+@pytest.mark.timeout(60)
+def test_threads_may_place_and_learn_at_once() -> None:
+    """Batches of several threads are placed and measured concurrently (a place's figure may change while
+    another thread compares the figures): place() never fails for it."""
+    import random
+    import sys
+    import threading
+    import time
+
+    t = Tuner(2)
+    for place in PLACES * FIRST_SAMPLES:
+        t.learn(SIZE, place, 1e-6)
+    errors: list[BaseException] = []
+    stop = time.monotonic() + 1.0
+
+    def learner(seed: int) -> None:
+        rng = random.Random(seed)
+        while time.monotonic() < stop:
+            for place in PLACES:
+                t.learn(SIZE, place, 1e-6 * (1 + rng.random()))  # every figure a new value
+
+    def placer() -> None:
+        try:
+            while time.monotonic() < stop:
+                assert t.place(SIZE) in PLACES
+        except BaseException as e:  # any failure is the finding
+            errors.append(e)
+
+    threads = [threading.Thread(target=learner, args=(0,)), threading.Thread(target=placer)]
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # threads take turns between almost any two bytecodes
+    try:
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join(30)
+    finally:
+        sys.setswitchinterval(interval)
+    assert not errors, errors[0]

@@ -108,11 +108,14 @@ class Tuner:
         if self.mode != "auto":
             return self.mode if can_share or self.mode != "share" else "workers"
         figures = self._figures.get(size_class) or self._figures.setdefault(size_class, Figures())
-        samples = figures.samples if can_share else figures.samples[:2]  # "share" is the last of PLACES
+        # Copies (a list slice is one step for other threads): another thread's learn() may change a
+        # figure while this one compares them. "share" is the last of PLACES.
+        m = len(PLACES) if can_share else 2
+        samples = figures.samples[:m]
         fewest = min(samples)
         if fewest < FIRST_SAMPLES:  # the first place, in the order of PLACES, with the fewest samples
             return PLACES[samples.index(fewest)]
-        speed = figures.speed if can_share else figures.speed[:2]
+        speed = figures.speed[:m]
         fastest = min(speed)
         best = speed.index(fastest)
         waited = figures.waited
