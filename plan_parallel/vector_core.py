@@ -260,24 +260,21 @@ class VectorCore(VectorAttrs, VectorEnv):  # type: ignore[misc]  # np_random(_se
         starts from. Otherwise its group's local env.
         """
         group = self._recipes.of(i)
-        local = group.local
+        env = group.local
         if state is not None:
             if self._residents is not None:  # the sub-env's own env (it may hold ``state``: no restore)
-                resident = self._residents.env(i)
-                resident.set_state(state)
-                out = resident.reset(seed=seed, options=options)
-                self._last_seed = seed
-                return out
-            local.set_state(state)
+                env = self._residents.env(i)
+            env.set_state(state)
         elif seed is None and not self._recipes.fresh_for(i):
             # A never-reset sub-env reset without a seed: a fresh env, as SyncVectorEnv's would be.
             with self._recipes.new_sub(i) as fresh:
                 out = fresh.reset(seed=None, options=options)
                 self._last_seed = fresh.gym_env.np_random_seed
                 return out
-        group.local_used = True
-        out = local.reset(seed=seed, options=options)
-        self._last_seed = seed if state is not None else local.gym_env.np_random_seed
+        if env is group.local:
+            group.local_used = True
+        out = env.reset(seed=seed, options=options)
+        self._last_seed = seed if state is not None else env.gym_env.np_random_seed
         return out
 
     def _commit(self, i: int, state: State, reset: bool) -> None:

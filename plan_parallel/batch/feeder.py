@@ -7,11 +7,10 @@ batch first, chunks in input order, round-robin over the live workers.
 """
 from __future__ import annotations
 
+import math
 from collections import deque
 from collections.abc import Callable
 from typing import Any
-
-import numpy as np
 
 from plan_parallel.batch.future import BatchFuture
 from plan_parallel.batch.parts import Part, Slot, SlotState
@@ -56,7 +55,7 @@ class Feeder:
         layout = None if self.leases is None else row_layout(self.observation_space, job.n)
         if layout is not None and isinstance(fut.gather, (StepGather, RolloutGather)):
             dtype, shape = layout
-            fut.lease = self.leases.lease(int(np.prod(shape)) * dtype.itemsize)  # type: ignore[union-attr]
+            fut.lease = self.leases.lease(math.prod(shape) * dtype.itemsize)  # type: ignore[union-attr]
             fut.gather.lend(fut.lease.array(dtype, shape))
         self.waiting.append(fut)
         return True

@@ -155,8 +155,8 @@ class Tuner:
 
     def seconds_per_step(self, size_class: tuple[str, int], place: str) -> float | None:
         """The measured wall time per env step of batches of ``size_class`` at ``place`` (None: not measured)."""
-        figures = self._figures.get(size_class)
-        return None if figures is None or not figures.samples[PLACE_INDEX[place]] else figures.speed[PLACE_INDEX[place]]
+        figures, j = self._figures.get(size_class), PLACE_INDEX[place]
+        return None if figures is None or not figures.samples[j] else figures.speed[j]
 
     def learn_step(self, seconds_per_step: float) -> None:
         """Record the env time per step the workers reported for a batch."""

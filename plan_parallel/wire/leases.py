@@ -24,6 +24,7 @@ array is freed); the slab is handed back once.
 from __future__ import annotations
 
 import ctypes
+import math
 import weakref
 from collections import deque
 from typing import Any
@@ -55,7 +56,7 @@ class Lease:
 
     def array(self, dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray:
         """The start of the slab as a writable ``shape`` array; the slab stays lent while any view of it lives."""
-        nbytes = int(np.prod(shape)) * dtype.itemsize
+        nbytes = math.prod(shape) * dtype.itemsize
         assert self.slab.mapping is not None, "a lent slab is open"
         exporter = (ctypes.c_char * nbytes).from_buffer(self.slab.mapping)  # numpy keeps it alive with every view
         self.viewed = True
@@ -142,6 +143,6 @@ def row_layout(space: Any, n: int) -> tuple[np.dtype, tuple[int, ...]] | None:
     if not isinstance(shape, tuple) or dtype is None:
         return None
     dt = np.dtype(dtype)
-    if dt.hasobject or int(np.prod(shape)) * dt.itemsize * n < LEND_MIN_BYTES:
+    if dt.hasobject or math.prod(shape) * dt.itemsize * n < LEND_MIN_BYTES:
         return None
     return dt, (n, *shape)

@@ -16,6 +16,7 @@ registering them anywhere.
 from __future__ import annotations
 
 import contextlib
+import math
 import mmap
 import os
 import pickle
@@ -202,7 +203,7 @@ def write_rows(slab: Slab, offset: int, dtype: np.dtype, shape: tuple[int, ...],
 
     False, writing nothing, when one is not or they do not fit.
     """
-    if not rows_fit(rows, dtype, shape) or offset + int(np.prod(shape)) * dtype.itemsize * len(rows) > slab.size:
+    if not rows_fit(rows, dtype, shape) or offset + math.prod(shape) * dtype.itemsize * len(rows) > slab.size:
         return False
     out = slab.array(offset, dtype, (len(rows), *shape))
     for i, r in enumerate(rows):
