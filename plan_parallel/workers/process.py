@@ -49,6 +49,23 @@ PR_SET_PDEATHSIG = 1
 _yield = getattr(os, "sched_yield", lambda: time.sleep(0))
 
 
+def _preload_workers_in_forkserver() -> None:
+    """Have the forkserver import this module (numpy, gymnasium and plan_parallel with it) once, when it starts.
+
+    A worker forked from a forkserver that has them imported starts without
+    importing them again: ~0.3 s less CPU per worker started or replaced. The
+    modules the user asked the forkserver to preload stay in its list (read
+    defensively: a CPython detail). No effect on a forkserver already running.
+    """
+    import multiprocessing.forkserver as fs
+
+    wanted = getattr(getattr(fs, "_forkserver", None), "_preload_modules", None)
+    if not isinstance(wanted, list):
+        wanted = ["__main__"]  # CPython's default
+    if __name__ not in wanted:
+        fs.set_forkserver_preload([*wanted, __name__])
+
+
 def default_context() -> str:
     """``forkserver`` where it exists (Linux, macOS; Python 3.14's default), else ``spawn``.
 
@@ -115,6 +132,8 @@ class ExternalProcess:
     def __init__(self, index: int, blob: bytes, context: str) -> None:
         self.index = index
         ctx: Any = mp.get_context(context)  # a start method's context: typeshed's BaseContext lacks Process
+        if context == "forkserver":
+            _preload_workers_in_forkserver()
         self.conn, child = ctx.Pipe(duplex=True)
         # The kernel may kill a worker when the *thread* that forked it ends: only
         # when that thread lives as long as the parent (the forkserver, or the main thread).
