@@ -16,9 +16,20 @@ import pytest
 
 import plan_parallel as pp
 from plan_parallel.wire.codec import Job, encode, out_bytes_guess
-from plan_parallel.wire.messages import Call, ChunkRequest, Op, Reply, RolloutSpec
+from plan_parallel.wire.messages import (
+    Call,
+    ChunkRequest,
+    Op,
+    Reply,
+    RolloutSpec,
+    call_from_wire,
+    call_wire,
+    reply_from_wire,
+    reply_wire,
+)
 from plan_parallel.wire.slabs import Slab, SlabPool, read_columns
 from plan_parallel.workers.server import Server, answer
+from tests.helpers import assert_tree_equal
 from tests.test_rollout import assert_rollouts_equal, noisy_balance_policy, start_states
 
 CHUNKS = [(0, 2), (2, 3), (3, 6)]
@@ -41,7 +52,7 @@ def run_job(server: Server, job: Job, space: Any, with_slab: bool, chunks: list[
         order = list(chunks) + ([replay] if replay else [])
         for lo, hi in reversed(order):  # any arrival order
             req, slab = encode(job, lo, hi, per_out, pool.acquire if with_slab else None)
-            reply = answer(server, Call(7, job.op, (req,)))
+            reply = through_the_wire(server, Call(7, job.op, (req,)))
             assert reply.id == 7 and reply.error is None, reply.error and pickle.loads(reply.error)[1]
             cols = read_columns(slab, reply.value.layout, views=("obs", "all_obs"))
             gather.absorb(lo, hi, reply.value, cols)
@@ -50,6 +61,22 @@ def run_job(server: Server, job: Job, space: Any, with_slab: bool, chunks: list[
         return gather.result()
     finally:
         pool.close()
+
+
+def through_the_wire(server: Server, call: Call) -> Reply:
+    """``call`` pickled as a worker receives it, answered, and the reply pickled as the parent receives it."""
+    sent = call_from_wire(pickle.loads(pickle.dumps(call_wire(call))))
+    assert_same_message(sent, call)
+    reply = answer(server, sent)
+    got = reply_from_wire(pickle.loads(pickle.dumps(reply_wire(reply))))
+    assert_same_message(got, reply)
+    return got
+
+
+def assert_same_message(got: Any, sent: Any) -> None:
+    """The same dataclass, field by field (arrays by dtype, shape and bytes), nested messages included."""
+    assert type(got) is type(sent)
+    assert_tree_equal(dataclasses.asdict(got), dataclasses.asdict(sent), type(sent).__name__)
 
 
 @pytest.mark.timeout(60)
@@ -125,6 +152,24 @@ def test_messages_are_frozen_and_carry_their_call_id() -> None:
         call.id = 10  # type: ignore[misc]
     assert pickle.loads(pickle.dumps(Reply(9, 1))).id == 9
     assert {f.name for f in dataclasses.fields(ChunkRequest)} >= {"n", "first_index", "slab", "layout"}
+
+
+def test_chunk_calls_and_replies_cross_the_pipe_as_builtins(server: Server) -> None:
+    """A chunk's call and reply pickle without naming a class of plan_parallel (unpickling a class looks it up
+    by module and name each time) and come back equal, a rollout's spec included."""
+    env = pp.make("CartPole-v1", backend="inline")
+    states = start_states(env, 3)[:3]
+    for job in (Job(3, np.array([0, 1, 1]), states, 2, None),
+                Job(3, np.array([[0, 1], [1, 1], [1, 0]]), states, 1, None, rollout=RolloutSpec(2, None, True))):
+        req, _ = encode(job, 0, 3, 1 << 12, None)
+        call = Call(5, job.op, (req,))
+        assert b"plan_parallel" not in pickle.dumps(call_wire(call))
+        assert_same_message(call_from_wire(pickle.loads(pickle.dumps(call_wire(call)))), call)
+        reply = answer(server, call)
+        assert reply.error is None
+        wire = pickle.dumps(reply_wire(reply))
+        assert b"plan_parallel" not in wire
+        assert_same_message(reply_from_wire(pickle.loads(wire)), reply)
 
 
 @pytest.mark.timeout(30)

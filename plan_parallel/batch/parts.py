@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from plan_parallel.errors import StateError
 from plan_parallel.state import State
-from plan_parallel.wire.messages import Call, Op
+from plan_parallel.wire.messages import Call, Op, call_wire
 from plan_parallel.wire.slabs import PROTOCOL, Slab
 
 if TYPE_CHECKING:
@@ -93,7 +93,7 @@ class Slot:
     def push(self, part: Part) -> None:
         """Queue ``part`` (pickled once) and note the state the worker will hold after it."""
         if part.data == b"":
-            part.data = dumps(part.call)
+            part.data = dumps(call_wire(part.call))
         part.written = False
         part.answered = False
         if part.holds is not None:

@@ -14,7 +14,8 @@ from __future__ import annotations
 import enum
 import pickle
 import traceback
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
+from operator import attrgetter
 from typing import Any
 
 from plan_parallel.errors import RemoteError, RemoteTraceback
@@ -28,7 +29,11 @@ __all__ = [
     "Reply",
     "RolloutSpec",
     "WorkerInfo",
+    "call_from_wire",
+    "call_wire",
     "remote_error",
+    "reply_from_wire",
+    "reply_wire",
     "reraise",
 ]
 
@@ -129,6 +134,63 @@ class ChunkReply:
     all_states: dict | None = None  # with return_all: the n*T states, item-major
     all_obs: list | None = None  # with return_all: their observations, when not the column "all_obs"
     obs_written: bool = False  # the final observations are in the batch's slab (ChunkRequest.obs_out)
+
+
+# ------------------------------------------------------------------ the wire
+# Calls and replies are pickled as tuples of builtins. Unpickling a dataclass or an Enum member
+# looks its class up by module and name every time (3-5 us for each of the four a chunk's call
+# and reply name); the tuples need no lookup.
+_OPS = {op.value: op for op in Op}
+_REQUEST_FIELDS = tuple(f.name for f in fields(ChunkRequest))
+_CHUNK_REPLY_FIELDS = tuple(f.name for f in fields(ChunkReply))
+_CALL_FIELDS = tuple(f.name for f in fields(Call))
+_REPLY_FIELDS = tuple(f.name for f in fields(Reply))
+_ROLLOUT_AT = _REQUEST_FIELDS.index("rollout")
+_request_values = attrgetter(*_REQUEST_FIELDS)
+_chunk_reply_values = attrgetter(*_CHUNK_REPLY_FIELDS)
+
+
+def _rebuilt(cls: type, names: tuple[str, ...], values: tuple) -> Any:
+    """A frozen dataclass of ``values`` (every field, in order) without its ``__init__`` (one setattr a field)."""
+    obj: Any = object.__new__(cls)
+    obj.__dict__.update(zip(names, values))
+    return obj
+
+
+def call_wire(call: Call) -> tuple:
+    """``call`` as the tuple that is pickled for a worker (:func:`call_from_wire` rebuilds it)."""
+    args = call.args
+    if len(args) == 1 and type(args[0]) is ChunkRequest:
+        values = _request_values(args[0])
+        spec = values[_ROLLOUT_AT]
+        if spec is not None:
+            values = (*values[:_ROLLOUT_AT], (spec.horizon, spec.policy, spec.return_all), *values[_ROLLOUT_AT + 1:])
+        return call.id, call.op.value, True, values
+    return call.id, call.op.value, False, args
+
+
+def call_from_wire(wire: tuple) -> Call:
+    call_id, op, is_chunk, payload = wire
+    if is_chunk:
+        spec = payload[_ROLLOUT_AT]
+        if spec is not None:
+            payload = (*payload[:_ROLLOUT_AT], RolloutSpec(*spec), *payload[_ROLLOUT_AT + 1:])
+        payload = (_rebuilt(ChunkRequest, _REQUEST_FIELDS, payload),)
+    return _rebuilt(Call, _CALL_FIELDS, (call_id, _OPS[op], payload))
+
+
+def reply_wire(reply: Reply) -> tuple:
+    """``reply`` as the tuple that is pickled for the parent (:func:`reply_from_wire` rebuilds it)."""
+    value = reply.value
+    if type(value) is ChunkReply:
+        return reply.id, True, _chunk_reply_values(value), reply.error, reply.env_seconds
+    return reply.id, False, value, reply.error, reply.env_seconds
+
+
+def reply_from_wire(wire: tuple) -> Reply:
+    reply_id, is_chunk, value, error, env_seconds = wire
+    value = _rebuilt(ChunkReply, _CHUNK_REPLY_FIELDS, value) if is_chunk else value
+    return _rebuilt(Reply, _REPLY_FIELDS, (reply_id, value, error, env_seconds))
 
 
 def remote_error(exc: BaseException, item: int | None = None) -> bytes:

@@ -29,7 +29,7 @@ from collections.abc import Iterator, Sequence
 from multiprocessing.connection import Connection
 from typing import Any
 
-from plan_parallel.wire.messages import Call, Op, Reply
+from plan_parallel.wire.messages import Call, Op, Reply, call_from_wire, call_wire, reply_from_wire, reply_wire
 from plan_parallel.wire.slabs import PROTOCOL
 from plan_parallel.workers.server import ready_reply, serve
 
@@ -177,7 +177,7 @@ class ExternalProcess:
             return out
         try:
             while self._poller.poll(0):
-                out.append(pickle.loads(self.conn.recv_bytes()))
+                out.append(reply_from_wire(pickle.loads(self.conn.recv_bytes())))
         except (EOFError, OSError):
             self._gone = True  # the pipe closed: the process died (its sentinel says how)
         return out
@@ -214,7 +214,7 @@ class ExternalProcess:
             return
         if code is None:
             with contextlib.suppress(OSError, EOFError, ValueError):  # already gone: the join decides
-                self.conn.send_bytes(pickle.dumps(Call(-1, Op.CLOSE), PROTOCOL))
+                self.conn.send_bytes(pickle.dumps(call_wire(Call(-1, Op.CLOSE)), PROTOCOL))
             self.process.join(timeout)
             if self._exitcode() is None:
                 self.kill()
@@ -317,7 +317,7 @@ def worker_main(conn: Connection, blob: bytes, parent_pid: int, tie: bool) -> No
         return  # the parent died before the tie was made
     server, ready = ready_reply(blob)
     try:
-        conn.send_bytes(pickle.dumps(ready, PROTOCOL))
+        conn.send_bytes(pickle.dumps(reply_wire(ready), PROTOCOL))
     except OSError:
         return  # the parent is gone, or gave up on this worker while it started
 
@@ -340,7 +340,7 @@ def worker_main(conn: Connection, blob: bytes, parent_pid: int, tie: bool) -> No
                 # Poll for the next call only while calls come back to back: a worker polling
                 # through the caller's own work takes a core from it on a small machine.
                 spin = 2 * gap if 2 * gap < WORKER_SPIN_SECONDS else 0.0
-                call: Call = pickle.loads(conn.recv_bytes())
+                call = call_from_wire(pickle.loads(conn.recv_bytes()))
             except (EOFError, OSError):
                 return  # the parent closed the pipe or died
             if call.op is Op.CLOSE:

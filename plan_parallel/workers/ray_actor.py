@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from plan_parallel.wire.messages import READY, Call, Reply, remote_error
+from plan_parallel.wire.messages import READY, Reply, call_from_wire, remote_error, reply_from_wire, reply_wire
 from plan_parallel.wire.slabs import PROTOCOL
 from plan_parallel.workers.ray_connect import import_ray, is_private
 
@@ -54,7 +54,7 @@ class _Actor:
     def call(self, data: bytes, *shared: Any) -> tuple[bytes, list]:
         from plan_parallel.workers.server import answer
 
-        call: Call = pickle.loads(data)
+        call = call_from_wire(pickle.loads(data))
         if shared:
             call = replace(call, args=tuple(shared[a.index] if isinstance(a, SharedArg) else a for a in call.args))
         assert self.server is not None, "an actor whose env failed to build answers no calls"
@@ -73,9 +73,9 @@ def _pack(reply: Reply) -> tuple[bytes, list]:
 
     buffers: list = []
     try:
-        meta = pickle.dumps(reply, 5, buffer_callback=buffers.append)
+        meta = pickle.dumps(reply_wire(reply), 5, buffer_callback=buffers.append)
     except Exception as e:
-        return pickle.dumps(Reply(reply.id, error=remote_error(e)), PROTOCOL), []
+        return pickle.dumps(reply_wire(Reply(reply.id, error=remote_error(e))), PROTOCOL), []
     return meta, [np.frombuffer(b.raw(), dtype=np.uint8) for b in buffers]
 
 
@@ -86,7 +86,7 @@ def _unpack(packed: tuple[bytes, list]) -> Reply:
     observations) without pinning the actor's reply in the object store.
     """
     meta, buffers = packed
-    return pickle.loads(meta, buffers=[b.copy() for b in buffers])
+    return reply_from_wire(pickle.loads(meta, buffers=[b.copy() for b in buffers]))
 
 
 _REMOTE: Any = None

@@ -28,6 +28,7 @@ from plan_parallel.wire.messages import (
     Reply,
     WorkerInfo,
     remote_error,
+    reply_wire,
 )
 from plan_parallel.wire.slabs import PROTOCOL, ArrayWriter, Slab, read_columns, write_rows
 
@@ -202,6 +203,6 @@ def serve(server: Server, call: Call) -> bytes:
     """:func:`answer`, pickled for the pipe (an unpicklable result becomes an error reply)."""
     reply = answer(server, call)
     try:
-        return pickle.dumps(reply, PROTOCOL)
+        return pickle.dumps(reply_wire(reply), PROTOCOL)
     except Exception as e:
-        return pickle.dumps(Reply(call.id, error=remote_error(e)), PROTOCOL)
+        return pickle.dumps(reply_wire(Reply(call.id, error=remote_error(e))), PROTOCOL)
