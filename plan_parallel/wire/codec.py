@@ -280,18 +280,18 @@ class StepGather:
 
     def absorb(self, lo: int, hi: int, reply: ChunkReply, cols: dict[str, np.ndarray]) -> None:
         m = hi - lo
-        reply = unpack_outcomes(reply, cols)
-        self.rewards[lo:hi] = reply.rewards
-        self.terms[lo:hi] = reply.terminations
-        self.truncs[lo:hi] = reply.truncations
-        self.steps[lo:hi] = reply.n_steps
+        rewards, terms, truncs, n_steps = unpack_outcomes(reply, cols)
+        self.rewards[lo:hi] = rewards
+        self.terms[lo:hi] = terms
+        self.truncs[lo:hi] = truncs
+        self.steps[lo:hi] = n_steps
         if not reply.obs_written:
             self._put_obs(lo, hi, cols.get("obs"), reply.obs)
         elif self.obs_list is not None:  # written into self.lent, but an earlier chunk's did not fit it
             self.obs_list[lo:hi] = list(self.lent[lo:hi])  # type: ignore[index]
         self.states[lo:hi] = unpack_states(reply.states, cols, "", m)
         infos = unpack_infos(reply.infos, m)
-        for info, k in zip(infos, reply.n_steps.tolist()):
+        for info, k in zip(infos, n_steps.tolist()):
             info["n_steps"] = k
         self.infos[lo:hi] = infos
         self.ranges.append((lo, hi))
@@ -355,7 +355,7 @@ class RolloutGather:
 
     def absorb(self, lo: int, hi: int, reply: ChunkReply, cols: dict[str, np.ndarray]) -> None:
         m, horizon = hi - lo, self.spec.horizon
-        reply = unpack_outcomes(reply, cols)
+        rewards, terms, truncs, n_steps = unpack_outcomes(reply, cols)
         states = unpack_states(reply.states, cols, "", m)
         if reply.obs_written:
             final = list(self.lent[lo:hi])  # type: ignore[index]
@@ -373,8 +373,8 @@ class RolloutGather:
             all_states = [flat[k * horizon:(k + 1) * horizon] for k in range(m)]
             all_obs = [[s.obs for s in row] for row in all_states]
         parts = RolloutParts(
-            states, [s.obs for s in states], reply.rewards, reply.terminations.tolist(),
-            reply.truncations.tolist(), reply.n_steps.tolist(), unpack_infos(reply.infos, m), all_states, all_obs,
+            states, [s.obs for s in states], rewards, terms.tolist(), truncs.tolist(), n_steps.tolist(),
+            unpack_infos(reply.infos, m), all_states, all_obs,
         )
         self._keep(lo, hi, parts)
 

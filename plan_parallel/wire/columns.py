@@ -6,7 +6,6 @@ copying them per item.
 """
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
@@ -117,7 +116,9 @@ def pack_outcomes(w: ArrayWriter, **arrays: np.ndarray) -> dict[str, Any]:
     return {k: None if w.put_array(k, v) else v for k, v in arrays.items()}
 
 
-def unpack_outcomes(reply: ChunkReply, cols: dict[str, np.ndarray]) -> ChunkReply:
-    """``reply`` with the :data:`OUTCOMES` that travelled in the slab put back from ``cols``."""
-    moved: dict[str, Any] = {k: cols[k] for k in OUTCOMES if getattr(reply, k) is None}
-    return dataclasses.replace(reply, **moved) if moved else reply
+def unpack_outcomes(reply: ChunkReply, cols: dict[str, np.ndarray]) -> tuple[Any, Any, Any, Any]:
+    """``reply``'s :data:`OUTCOMES` (rewards, terminations, truncations, n_steps), those that travelled in
+    the slab read from ``cols``."""
+    rewards, terms, truncs, n_steps = reply.rewards, reply.terminations, reply.truncations, reply.n_steps
+    return (cols["rewards"] if rewards is None else rewards, cols["terminations"] if terms is None else terms,
+            cols["truncations"] if truncs is None else truncs, cols["n_steps"] if n_steps is None else n_steps)

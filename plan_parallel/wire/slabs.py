@@ -22,6 +22,7 @@ import os
 import pickle
 import secrets
 from collections.abc import Sequence
+from itertools import accumulate
 from multiprocessing import shared_memory
 from typing import Any
 
@@ -35,6 +36,7 @@ __all__ = [
 
 PROTOCOL = pickle.HIGHEST_PROTOCOL
 ALIGN = 64
+ENDS_DTYPE = np.dtype(np.int64)  # a blob column's end offsets
 BLOB_BYTES = ":bytes"  # the column of a blob column's concatenated bytes (read as a view: rows are copied out)
 
 
@@ -158,18 +160,19 @@ class ArrayWriter:
         slab = self.slab
         if slab is None or not rows or not all(type(r) is bytes for r in rows):
             return False
-        ends = np.cumsum([len(r) for r in rows], dtype=np.int64)
-        at_ends = self._reserve(ends.nbytes)
-        at_data = self._reserve(int(ends[-1]))  # reserved (or counted as needed) either way
+        ends = list(accumulate(map(len, rows)))
+        at_ends = self._reserve(ENDS_DTYPE.itemsize * len(ends))
+        at_data = self._reserve(ends[-1])  # reserved (or counted as needed) either way
         if at_ends is None or at_data is None:
             return False
-        slab.array(at_ends, ends.dtype, ends.shape)[...] = ends
+        slab.array(at_ends, ENDS_DTYPE, (len(ends),))[:] = ends
+        buf = slab.buf
         start = at_data
-        for r in rows:
-            slab.buf[start:start + len(r)] = r
-            start += len(r)
-        self.layout[name + ":ends"] = (at_ends, ends.dtype.str, ends.shape)
-        self.layout[name + BLOB_BYTES] = (at_data, "|u1", (int(ends[-1]),))
+        for r, end in zip(rows, ends):
+            buf[start:at_data + end] = r
+            start = at_data + end
+        self.layout[name + ":ends"] = (at_ends, ENDS_DTYPE.str, (len(ends),))
+        self.layout[name + BLOB_BYTES] = (at_data, "|u1", (ends[-1],))
         return True
 
     def put_rows(self, name: str, rows: Sequence[Any]) -> bool:
@@ -216,9 +219,9 @@ def blobs(cols: dict[str, np.ndarray], name: str) -> list[bytes] | None:
     ends = cols.get(name + ":ends")
     if ends is None:
         return None
-    data = cols[name + BLOB_BYTES]
-    starts = [0, *ends[:-1].tolist()]
-    return [data[a:b].tobytes() for a, b in zip(starts, ends.tolist())]
+    data = cols[name + BLOB_BYTES].data  # sliced as a memoryview: cheaper than ndarray slices
+    bounds = ends.tolist()
+    return [data[a:b].tobytes() for a, b in zip([0, *bounds[:-1]], bounds)]
 
 
 def read_columns(

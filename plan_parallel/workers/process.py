@@ -148,6 +148,7 @@ class ExternalProcess:
         finally:
             child.close()
         self._pid: int | None = self.process.pid  # kept: a closed Process object no longer tells it
+        self._handles = (self.conn.fileno(), self.process.sentinel)
         self._poller = select.poll()
         self._poller.register(self.conn.fileno(), select.POLLIN)
         self._sentinel = select.poll()
@@ -165,7 +166,7 @@ class ExternalProcess:
 
     def handles(self) -> tuple[int, int]:
         """The pipe's fd and the process sentinel: readable when a reply or a death is due."""
-        return self.conn.fileno(), self.process.sentinel
+        return self._handles
 
     def send(self, data: bytes, shared: tuple = ()) -> None:
         assert not shared, "a process worker reads shared values from the message itself"
@@ -229,6 +230,27 @@ class ExternalProcess:
         """Each worker's message carries ``blob`` itself."""
         return (), (blob,)
 
+    _last_poller: tuple[tuple, Any, dict[int, int]] | None = None  # the fds polled last, their poller and owners
+
+    @classmethod
+    def _poller_for(cls, handles: tuple[tuple[int, ...], ...], wake: int | None) -> tuple[Any, dict[int, int]]:
+        """A poll object for ``handles`` (per worker) and ``wake``, and which worker each fd is; the last one
+        is reused while the same fds are polled (the pool polls the same workers call after call)."""
+        key = (handles, wake)
+        last = cls._last_poller
+        if last is not None and last[0] == key:
+            return last[1], last[2]
+        poller = select.poll()
+        owner: dict[int, int] = {}
+        for k, fds in enumerate(handles):
+            for fd in fds:
+                poller.register(fd, select.POLLIN)
+                owner[fd] = k
+        if wake is not None:
+            poller.register(wake, select.POLLIN)
+        cls._last_poller = (key, poller, owner)
+        return poller, owner
+
     @classmethod
     def wait_any(cls, workers: Sequence[ExternalProcess], timeout: float | None, wake: int | None,
                  due_in: float | None = None) -> list[int]:
@@ -241,14 +263,7 @@ class ExternalProcess:
         poller takes CPU time from the workers when they outnumber the free
         cores, so it polls only for replies that are due at once (tiny calls).
         """
-        poller = select.poll()
-        owner: dict[int, int] = {}
-        for k, w in enumerate(workers):
-            for fd in w.handles():
-                poller.register(fd, select.POLLIN)
-                owner[fd] = k
-        if wake is not None:
-            poller.register(wake, select.POLLIN)
+        poller, owner = cls._poller_for(tuple(w.handles() for w in workers), wake)
         spin = SPIN_SECONDS if due_in is None or due_in <= SPIN_SECONDS else 0.0
         if timeout is not None:
             spin = min(spin, timeout)
