@@ -491,7 +491,9 @@ def _read_line(proc: subprocess.Popen, timeout: float) -> str:
 @pytest.mark.parametrize("context", ["forkserver", "fork", "spawn"])
 def test_parent_killed_leaves_no_orphans_nor_slabs(context: str, tmp_path: Path) -> None:
     stderr = open(tmp_path / "stderr", "wb")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    # TMPDIR: multiprocessing's forkserver makes a socket directory there that only a parent that exits removes
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+           "TMPDIR": str(tmp_path)}
     family: list[int] = []
     proc = subprocess.Popen([sys.executable, "-c", CHILD, context], cwd=ROOT, env=env,
                             stdout=subprocess.PIPE, stderr=stderr)

@@ -447,9 +447,13 @@ os.kill(os.getpid(), signal.SIGKILL)
 
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("doing", ["idle", "busy", "hung"])
-def test_workers_die_with_a_killed_parent(doing: str) -> None:
-    """The parent SIGKILLed while its workers are idle, busy, or inside a hung env call: nothing left after 5 s."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+def test_workers_die_with_a_killed_parent(doing: str, tmp_path: Path) -> None:
+    """The parent SIGKILLed while its workers are idle, busy, or inside a hung env call: nothing left after 5 s.
+
+    (Its TMPDIR is the test's: multiprocessing's forkserver makes a socket directory there that only a
+    parent that exits removes.)"""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+           "TMPDIR": str(tmp_path)}
     r = subprocess.run([sys.executable, "-c", PARENT, doing], cwd=ROOT, env=env, capture_output=True, text=True,
                        timeout=40)
     assert r.returncode == -signal.SIGKILL, r.stderr[-2000:]
