@@ -139,6 +139,40 @@ def test_a_malformed_state_fails_in_the_server_as_inline_with_its_item(make_inli
     assert type(exc) is pp.StateError and str(exc) == str(inline_err.value) and item == 1
 
 
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("env_id", ["CartPole-v1", "ALE/Pong-v5"])
+def test_items_from_one_state_object_carry_it_once(make_inline, env_id) -> None:
+    """N items from one state object pack that state once (an index maps the items to it), in the slab and
+    in the message alike, and the chunks equal inline; a malformed state listed twice is named at its
+    first item, as inline names it."""
+    if env_id.startswith("ALE"):
+        pytest.importorskip("ale_py")
+    env = make_inline(env_id)
+    a, b = start_states(env, 3)[1:3]
+    states = [a, b, a, a, b, a]
+    actions = np.array([0, 1, 1, 0, 1, 0])
+    job = Job(6, actions, states, 1, None)
+    req, _ = encode(job, 0, 6, 1 << 16, None)
+    assert req.states["index"] == [0, 1, 0, 0, 1, 0] and len(req.states["extra"]) == 2
+    oracle = env.step_batch(actions, states)
+    server = Server(pp.make(env_id, backend="inline"))
+    try:
+        for with_slab in (True, False):
+            got = run_job(server, job, env.observation_space, with_slab, chunks=[(0, 4), (4, 6)])
+            assert [g == o for g, o in zip(got.states, oracle.states)] == [True] * 6
+            assert np.array_equal(got.rewards, oracle.rewards)
+            assert np.array_equal(got.observations, oracle.observations)
+        bad = pickle.loads(pickle.dumps(b))
+        bad.rng = {"bit_generator": "nothing"}
+        with pytest.raises(pp.StateError) as inline_err:
+            env.step_batch(actions, [a, bad, a, bad, a, a])
+        req, _ = encode(Job(6, actions, [a, bad, a, bad, a, a], 1, None), 0, 6, 1024, None)
+        exc, _, item = pickle.loads(answer(server, Call(5, Op.STEP_BATCH, (req,))).error)
+    finally:
+        server.close()
+    assert type(exc) is pp.StateError and str(exc) == str(inline_err.value) and item == 1
+
+
 @pytest.mark.timeout(30)
 def test_an_unknown_op_is_reported_as_a_bug(server) -> None:
     reply = answer(server, Call(5, Op.CLOSE, ()))

@@ -20,13 +20,24 @@ __all__ = ["OUTCOMES", "pack_infos", "pack_outcomes", "pack_states", "unpack_inf
 
 
 def pack_states(states: Sequence[State], w: ArrayWriter, prefix: str, with_obs: bool) -> dict[str, Any]:
-    """Split states into array columns (written to ``w``) and a picklable remainder."""
-    rest: dict[str, Any] = {
+    """Split states into array columns (written to ``w``) and a picklable remainder.
+
+    A state object listed more than once (N items from one start) is packed once; the
+    remainder's ``"index"`` then maps each item to it, and :func:`unpack_states` lists
+    one object for those items again.
+    """
+    rest: dict[str, Any] = {}
+    unique = list({id(s): s for s in states}.values())  # first-seen order
+    if len(unique) < len(states):
+        at = {id(s): k for k, s in enumerate(unique)}
+        rest["index"] = [at[id(s)] for s in states]
+        states = unique
+    rest.update({
         "kind": states[0].kind if states else "",
         "extra": [s.extra for s in states],
         "rng": [s.rng for s in states],
         "wrappers": [s.wrappers for s in states],
-    }
+    })
     if not w.put_rows(prefix + "sim", [s.wire_sim for s in states]):
         blobs_ = _sim_blobs(states) if sim_blobs(rest["kind"]) is not None else None
         if blobs_ is None or not w.put_blobs(prefix + "sim", blobs_):
@@ -51,10 +62,19 @@ def _sim_blobs(states: Sequence[State]) -> list | None:
 
 
 def unpack_states(rest: dict[str, Any], cols: dict[str, np.ndarray], prefix: str, n: int) -> list[State]:
-    """Rebuild states from :func:`pack_states` output (array rows are views of ``cols``).
+    """Rebuild the ``n`` states of :func:`pack_states` output (array rows are views of ``cols``).
 
     States whose simulator values came as bytes keep them, decoded on first use (:meth:`State.from_blob`).
+    A state packed once for several items is one object listed for each of them.
     """
+    index = rest.get("index")
+    if index is not None:
+        unique = _unpack_unique(rest, cols, prefix, len(rest["extra"]))
+        return [unique[k] for k in index]
+    return _unpack_unique(rest, cols, prefix, n)
+
+
+def _unpack_unique(rest: dict[str, Any], cols: dict[str, np.ndarray], prefix: str, n: int) -> list[State]:
     kind = rest["kind"]
     sims = rest.get("sim")
     raw = blobs(cols, prefix + "sim") if sims is None else None
