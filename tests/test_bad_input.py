@@ -148,10 +148,14 @@ def test_bad_input_is_answered_alike(envs: Callable[[str, str], Any], env_id: st
     ref_calls, calls = bad_calls(ref, s), bad_calls(env, s)
     differ = []
     for name in ref_calls:
+        counted = env.stats["items"], env.stats["batches"]
         want, got = outcome(ref_calls[name]), outcome(calls[name])
         assert want[0] != "no error", f"{name}: the inline env accepted it"
         if got != want:
             differ.append(f"{name}:\n  inline: {want}\n  {setup}: {got}")
+        if (env.stats["items"], env.stats["batches"]) != counted:  # a refused batch ran nothing
+            differ.append(f"{name}: {setup} counted it in stats (items, batches): {counted} -> "
+                          f"{(env.stats['items'], env.stats['batches'])}")
     assert not differ, "\n".join(differ)
     assert env.get_state() == s  # nothing moved the current state
     batch = env.step_batch(np.array([env.action_space.sample()] * 2), [s, s])  # and the env still works

@@ -110,8 +110,6 @@ class Placement:
         if place == "here":
             value = self.run_here_timed(size_class, steps, job.n, lambda local: self.run_here(local, job), started)
             return BatchFuture.completed(job.n, value)
-        self.stats["batches"] += 1
-        self.stats["items"] += job.n
         if place == "share":
             self.local()  # built before the clock starts: its cost is not a step's
         fut = BatchFuture(self.pool, job.n, job, job.gatherer(self.observation_space))
@@ -136,14 +134,14 @@ class Placement:
         workers counts them), less any wait for another thread's batch here.
         """
         checks = 0.0 if started is None else time.perf_counter() - started
-        self.stats["batches"] += 1
-        self.stats["items"] += n
         with self.lock:  # threads take turns on the one local env
             local = self.local()  # built outside the timing: its cost is not a step's
             t0 = time.perf_counter()
             value = run(local)
             self.tuner.learn(size_class, "here", (time.perf_counter() - t0 + checks) / max(1, steps))
         self.stats["inline_batches"] += 1
+        self.stats["batches"] += 1  # batches that ran, as the inline backend counts them: not one refused
+        self.stats["items"] += n
         return value
 
     @staticmethod
@@ -162,6 +160,8 @@ class Placement:
         """Telemetry, and the measured times that size chunks and decide where batches run."""
         env_each = [p.env_seconds for p in fut.parts]
         wall = time.perf_counter() - fut.started
+        self.stats["batches"] += 1  # batches that ran, as the inline backend counts them: not one refused
+        self.stats["items"] += fut.n
         self.stats["env_seconds"] += sum(env_each)
         self.stats["ipc_seconds"] += max(0.0, wall - max(env_each, default=0.0))
         job = fut.job
