@@ -122,17 +122,18 @@ class PlanEnv:
         self._adapter.validate(state)
 
     def validate_all(self, states: Sequence[State], first_index: int = 0, index_errors: bool = True) -> None:
-        """:meth:`validate` each of ``states``, items ``first_index ...`` of a batch.
+        """:meth:`validate` each of ``states``, items ``first_index ...`` of a batch (not again the same object).
 
         Raises:
-            StateError: worded as :func:`~plan_parallel.inputs.check_states` words it
-                (``states[k]: ...``, unless ``index_errors`` is False), with the item's
-                index in ``states`` as ``_pp_item``.
+            StateError: worded as :func:`~plan_parallel.inputs.check_states` words it (``states[k]: ...``,
+                unless ``index_errors`` is False), with the item's index in ``states`` as ``_pp_item``.
         """
-        validate = self._adapter.validate
+        validate, last = self._adapter.validate, object()  # no item is that object
         for i, s in enumerate(states):
             try:
-                validate(s)
+                if s is not last:
+                    validate(s)
+                    last = s
             except StateError as exc:
                 err = StateError(f"states[{first_index + i}]: {exc}") if index_errors else exc
                 err._pp_item = i  # type: ignore[attr-defined]

@@ -355,11 +355,15 @@ def check_states(states: Any, kind: str, n: int | None, validate: Any) -> Sequen
         else:
             return states
     check = validate if validate is not None else (lambda s: check_kind(s, kind))
+    last: object = object()  # no item is this
     for i, s in enumerate(states):
+        if s is last:
+            continue  # the same object as the item before (N items from one start): checked already
         try:
             check(s)
         except StateError as exc:
             raise StateError(f"states[{i}]: {exc}") from None
+        last = s
     return states
 
 

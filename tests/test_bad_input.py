@@ -74,6 +74,8 @@ def bad_calls(env: Any, s: State) -> dict[str, Callable[[], Any]]:
         calls[f"step_batch, {name}"] = lambda bad=bad: env.step_batch(good, [s, s, bad, s])
         # Last: in the chunk a shared batch leaves to the calling process.
         calls[f"step_batch, {name} last"] = lambda bad=bad: env.step_batch(good, [s, s, s, bad])
+        # Twice in a row: an item that repeats the one before is not checked again, and must not be let through.
+        calls[f"step_batch, {name} twice"] = lambda bad=bad: env.step_batch(good, [s, bad, bad, s])
         calls[f"rollout_batch, {name}"] = lambda bad=bad: env.rollout_batch([s, bad], good[:2, None])
         calls[f"rollout_batch, {name} last"] = lambda bad=bad: env.rollout_batch([s, s, s, bad], good[:, None])
         calls[f"step, {name}"] = lambda bad=bad: env.step(good[0], state=bad)
@@ -93,6 +95,7 @@ def bad_calls(env: Any, s: State) -> dict[str, Callable[[], Any]]:
     calls["rollout states and actions swapped"] = lambda: env.rollout_batch(good[:, None], [s] * 4)
     calls["step state and action swapped"] = lambda: env.step(s, good[0])
     calls["states not a sequence"] = lambda: env.step_batch(good, s)
+    calls["states None twice"] = lambda: env.step_batch(good, [None, None, s, s])
     calls["dt 0"] = lambda: env.step_batch(good, [s] * 4, dt=0)
     calls["dt 2**63"] = lambda: env.step_batch(good, [s] * 4, dt=2**63)
     calls["dt uint64 2**63"] = lambda: env.step_batch(good, [s] * 4, dt=np.full(4, 2**63, dtype=np.uint64))
