@@ -33,6 +33,7 @@ from plan_parallel.loops import (
 )
 from plan_parallel.results import RolloutBatch, StepBatch, step_batch_of
 from plan_parallel.state import Adapter, State, bind
+from plan_parallel.state.state_value import validate_each
 
 __all__ = ["EnvFactory", "PlanEnv", "run_items", "run_rollouts"]  # EnvFactory, run_* re-exported
 
@@ -122,22 +123,13 @@ class PlanEnv:
         self._adapter.validate(state)
 
     def validate_all(self, states: Sequence[State], first_index: int = 0, index_errors: bool = True) -> None:
-        """:meth:`validate` each of ``states``, items ``first_index ...`` of a batch (not again the same object).
+        """:meth:`validate` each of ``states``, items ``first_index ...`` of a batch (see
+        :func:`~plan_parallel.state.state_value.validate_each`, which words the errors as :func:`check_states` does).
 
         Raises:
-            StateError: worded as :func:`~plan_parallel.inputs.check_states` words it (``states[k]: ...``,
-                unless ``index_errors`` is False), with the item's index in ``states`` as ``_pp_item``.
+            StateError: ``states[k]: ...`` (unless ``index_errors`` is False), with ``_pp_item``.
         """
-        validate, last = self._adapter.validate, object()  # no item is that object
-        for i, s in enumerate(states):
-            try:
-                if s is not last:
-                    validate(s)
-                    last = s
-            except StateError as exc:
-                err = StateError(f"states[{first_index + i}]: {exc}") if index_errors else exc
-                err._pp_item = i  # type: ignore[attr-defined]
-                raise err from None
+        validate_each(states, self._adapter.validate, first_index, index_errors)
 
     # -------------------------------------------------------------------- API
     def reset(self, seed: int | None = None, options: dict | None = None) -> tuple[State, Any, dict]:

@@ -16,6 +16,7 @@ from gymnasium import spaces
 
 from plan_parallel.errors import StateError
 from plan_parallel.state import State
+from plan_parallel.state.state_value import validate_each
 
 __all__ = [
     "MAX_DT",
@@ -354,16 +355,7 @@ def check_states(states: Any, kind: str, n: int | None, validate: Any) -> Sequen
                 break
         else:
             return states
-    check = validate if validate is not None else (lambda s: check_kind(s, kind))
-    last: object = object()  # no item is this
-    for i, s in enumerate(states):
-        if s is last:
-            continue  # the same object as the item before (N items from one start): checked already
-        try:
-            check(s)
-        except StateError as exc:
-            raise StateError(f"states[{i}]: {exc}") from None
-        last = s
+    validate_each(states, validate if validate is not None else (lambda s: check_kind(s, kind)))
     return states
 
 

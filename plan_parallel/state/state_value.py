@@ -8,14 +8,16 @@ capture and restore it.
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
+from plan_parallel.errors import StateError
 from plan_parallel.state.sim_blobs import sim_blobs
 from plan_parallel.state.values import value_digest, values_equal
 
-__all__ = ["State"]
+__all__ = ["State", "validate_each"]
 
 
 class State:
@@ -162,3 +164,24 @@ class State:
 
 
 _UNDECODED = object()  # State._sim of a state made from_blob, until it is decoded
+
+
+def validate_each(states: Sequence[State], check: Any, first_index: int = 0, index_errors: bool = True) -> None:
+    """``check(state)`` for each of ``states``, items ``first_index ...`` of a batch; an item that is the
+    same object as the one before it (N items from one start) is not checked again.
+
+    Raises:
+        StateError: ``states[k]: ...`` (the check's own message when ``index_errors`` is False), with
+            the item's index in ``states`` as ``_pp_item``.
+    """
+    last: object = object()  # no item is this
+    for i, s in enumerate(states):
+        if s is last:
+            continue
+        try:
+            check(s)
+        except StateError as exc:
+            err = StateError(f"states[{first_index + i}]: {exc}") if index_errors else exc
+            err._pp_item = i  # type: ignore[attr-defined]
+            raise err from None
+        last = s
