@@ -18,6 +18,7 @@ result (equal to the inline oracle) or a clear error, never another call's.
 """
 from __future__ import annotations
 
+import inspect
 import os
 import random
 import signal
@@ -34,7 +35,7 @@ import psutil
 import pytest
 
 import plan_parallel as pp
-from plan_parallel.batch import BatchEnv, Tuner
+from plan_parallel.batch import BatchEnv, BatchFuture, Tuner
 from plan_parallel.errors import ClosedError, WorkerTimeoutError
 from plan_parallel.factory import EnvFactory
 from tests.conftest_leaks import live_children, shm_segments
@@ -74,16 +75,20 @@ class Interrupt:
         self.at = at
         self.lines = 0
         self.first_events: dict[tuple[str, int], int] = {}  # (file, line) -> its first line event
+        self.open_lines: set[tuple[str, int]] = set()  # the lines reached where SIGINT was not held back
         self.fired = False
 
     def _local(self, frame: Any, event: str, arg: Any) -> Any:
         if event == "line" and not self.fired:
             self.lines += 1
-            self.first_events.setdefault((frame.f_code.co_filename, frame.f_lineno), self.lines)
-            if self.lines >= self.at > 0 and signal.getsignal(signal.SIGINT) is signal.default_int_handler:
-                # Only where a real Ctrl-C can land: not while plan_parallel holds SIGINT back.
-                self.fired = True
-                raise KeyboardInterrupt(f"injected at line event {self.lines} ({frame.f_code.co_name})")
+            line = (frame.f_code.co_filename, frame.f_lineno)
+            self.first_events.setdefault(line, self.lines)
+            # Only where a real Ctrl-C can land: not while plan_parallel holds SIGINT back.
+            if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+                self.open_lines.add(line)
+                if self.lines >= self.at > 0:
+                    self.fired = True
+                    raise KeyboardInterrupt(f"injected at line event {self.lines} ({frame.f_code.co_name})")
         return self._local
 
     def _global(self, frame: Any, event: str, arg: Any) -> Any:
@@ -100,6 +105,22 @@ class Interrupt:
             return True, None
         finally:
             sys.settrace(None)
+
+
+class InterruptAtLine(Interrupt):
+    """Raise ``KeyboardInterrupt`` at the first event of one source line, ``(file, line number)``, where
+    SIGINT is not held back: the same line whatever the timing (a line event's index moves with it)."""
+
+    def __init__(self, line: tuple[str, int]) -> None:
+        super().__init__()
+        self.line = line
+
+    def _local(self, frame: Any, event: str, arg: Any) -> Any:
+        if (event == "line" and not self.fired and (frame.f_code.co_filename, frame.f_lineno) == self.line
+                and signal.getsignal(signal.SIGINT) is signal.default_int_handler):
+            self.fired = True
+            raise KeyboardInterrupt(f"injected at {self.line}")
+        return self._local
 
 
 def points_of(counter: Interrupt, k: int) -> list[int]:
@@ -257,6 +278,37 @@ def test_interrupt_in_a_shared_batch_leaves_the_env_exact(kind: str, kill_first:
     """The table again, with batches of 5 or more items shared: some points fall in the chunk run here."""
     seen = interruption_table(kind, kill_first, oracle, starts, POINTS, where="share")
     assert "interrupted" in seen, "no point interrupted the call: the injector did not reach plan_parallel"
+
+
+@pytest.mark.timeout(300)
+def test_a_future_interrupted_at_any_line_of_its_wait_returns_its_own_result(oracle: pp.PlanEnv,
+                                                                            starts: list) -> None:
+    """Every line that awaiting a future reaches, interrupted at its first event: ``result()`` again
+    returns the batch's own result. (A CI run under ``-O`` hit the one line between a future dropping its
+    answered parts and settling: the retry then waited for nothing until its timeout.)"""
+    rng = np.random.default_rng([7, SEED])
+    with BatchEnv(EnvFactory(CounterEnv, {"horizon": 1000, "obs_size": 2}), n_workers=2,
+                  tuner=Tuner(2, "workers", cores=3)) as env:
+        env.reset(seed=0)
+        first = Case("future.result", env, oracle, starts, rng)
+        fut = env.step_batch_async(first.actions, states=first.states, dt=first.dt)
+        counter = Interrupt()
+        counter.run(lambda: fut.result(timeout=30))
+        fired = []
+        for line in sorted(counter.first_events, key=counter.first_events.__getitem__):
+            case = Case("future.result", env, oracle, starts, rng)
+            case.future = env.step_batch_async(case.actions, states=case.states, dt=case.dt)
+            injector = InterruptAtLine(line)
+            interrupted, got = injector.run(lambda c=case: c.future.result(timeout=30))
+            if interrupted:
+                fired.append(line)
+                got = call_with_deadline(lambda c=case: c.future.result(timeout=30), 40.0, f"retry after {line}")
+            assert_same("future.result", got, case.expected())
+    complete = inspect.getsourcelines(BatchFuture.complete)
+    lines_of_complete = {(inspect.getsourcefile(BatchFuture), n)
+                         for n in range(complete[1], complete[1] + len(complete[0]))}
+    reached = lines_of_complete & counter.open_lines
+    assert reached and reached <= set(fired), f"lines of complete() not interrupted: {sorted(reached - set(fired))}"
 
 
 LENT_OBS_SIZE = 16384  # 64 KB float32 observations: a batch of 3 or more is lent (wire.leases)

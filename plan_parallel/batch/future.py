@@ -4,6 +4,7 @@ from __future__ import annotations
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
+from plan_parallel.interrupts import ctrl_c_deferred
 from plan_parallel.wire.codec import Gather, Job
 
 if TYPE_CHECKING:
@@ -72,16 +73,18 @@ class BatchFuture:
         try:
             if self.gather is not None:
                 self.value = self.gather.result()
-            if self.on_done is not None:
-                self.on_done(self)
+            with ctrl_c_deferred():  # accounted once, and settled with it: retried, it is not accounted again
+                if self.on_done is not None:
+                    self.on_done(self)
+                self.finished = True
         except Exception as e:
             self.fail(e)
             return
         # Every part is answered: none is sent again. Dropping them breaks the cycle future <-> part, so
-        # the batch (and the slab its observations are lent in) is freed when the caller drops it. Not
-        # before this point: interrupted earlier, all_answered() must still see them to complete it.
+        # the batch (and the slab its observations are lent in) is freed when the caller drops it. Only
+        # once settled: interrupted before, all_answered() must still see them to complete it (with no
+        # parts and not settled, a retried result() would wait for nothing, for ever).
         self.parts = []
-        self.finished = True
 
     def fail(self, error: BaseException) -> None:
         """Fail the batch (the first error wins); its chunks not sent yet are dropped."""
