@@ -208,6 +208,23 @@ def test_bit_identical_replay(make_inline, fresh_process, env_id, env_kwargs, op
     check_replay(make_inline, fresh_process, env_id, env_kwargs, **opts)
 
 
+def test_a_mujoco_env_given_a_new_mjdata_is_restored_and_captured_through_it(make_inline):
+    """The MuJoCo adapter keeps flat views of the env's MjData (``xpos``, ``xipos``, which Ant reads before
+    ``mj_step``): an env that replaces its MjData is restored and captured through the new one."""
+    import mujoco
+
+    env = make_inline("Ant-v5")
+    s0 = env.reset(seed=1)[0]
+    action = np.linspace(-1.0, 1.0, env.action_space.shape[0]).astype(env.action_space.dtype)
+    s1, obs1, *_ = env.step(action, state=s0)
+    u = env.gym_env.unwrapped
+    u.data = mujoco.MjData(u.model)  # a fresh one: zero xpos, unlike s0's
+    s1_again, obs1_again, *_ = env.step(action, state=s0)
+    assert s1_again == s1
+    np.testing.assert_array_equal(obs1_again, obs1)
+    assert env.get_state() == s1
+
+
 def test_families_bind_the_expected_adapters(make_inline):
     expected = {
         "CartPole-v1": "classic", "FrozenLake-v1": "toytext", "ALE/Pong-v5": "ale",

@@ -345,9 +345,21 @@ class MujocoAdapter(Adapter):
         self._m = self.u.model
         self._spec = int(mujoco.mjtState.mjSTATE_INTEGRATION)
         self._n = int(mujoco.mj_stateSize(self._m, self._spec))
-        d = self.u.data
-        self._nx = d.xpos.size
+        self._nx = self.u.data.xpos.size
         self._size = self._n + 2 * self._nx
+        self._head = np.empty(self._n)  # mj_getState writes here; a capture concatenates it with xpos, xipos
+        self._data: Any = None  # the MjData the views below look into
+        self._xpos = self._xipos = self._head
+        self._views()
+
+    def _views(self) -> Any:
+        """The env's MjData, with ``xpos`` and ``xipos`` as flat views of its memory (made again
+        when the env holds another MjData: reading them off it makes new arrays each time)."""
+        d = self.u.data
+        if d is not self._data:
+            self._xpos, self._xipos = d.xpos.ravel(), d.xipos.ravel()  # views: C-contiguous arrays
+            self._data = d
+        return d
 
     @classmethod
     def accepts(cls, unwrapped: Any) -> bool:
@@ -359,20 +371,16 @@ class MujocoAdapter(Adapter):
         )
 
     def get_sim(self) -> tuple[Any, Any]:
-        d = self.u.data
-        out = np.empty(self._size)
-        self._mj.mj_getState(self._m, d, out[: self._n], self._spec)
-        n, nx = self._n, self._nx
-        out[n : n + nx] = d.xpos.ravel()
-        out[n + nx :] = d.xipos.ravel()
-        return out, None
+        d = self._views()
+        self._mj.mj_getState(self._m, d, self._head, self._spec)
+        return np.concatenate((self._head, self._xpos, self._xipos)), None
 
     def set_sim(self, sim: Any, extra: Any) -> None:
-        d = self.u.data
+        d = self._views()
         n, nx = self._n, self._nx
         self._mj.mj_setState(self._m, d, sim[:n], self._spec)
-        d.xpos.ravel()[:] = sim[n : n + nx]
-        d.xipos.ravel()[:] = sim[n + nx :]
+        self._xpos[:] = sim[n : n + nx]
+        self._xipos[:] = sim[n + nx :]
 
     def check_sim(self, sim: Any) -> str | None:
         if not isinstance(sim, np.ndarray) or sim.dtype != np.float64 or sim.shape != (self._size,):
