@@ -16,6 +16,7 @@ import pytest
 
 import plan_parallel as pp
 from plan_parallel.wire.codec import Job, encode, out_bytes_guess
+from plan_parallel.wire.columns import listed_rows, pack_states, stack_rows, unpack_states
 from plan_parallel.wire.messages import (
     Call,
     ChunkRequest,
@@ -27,7 +28,7 @@ from plan_parallel.wire.messages import (
     reply_from_wire,
     reply_wire,
 )
-from plan_parallel.wire.slabs import Slab, SlabPool, read_columns
+from plan_parallel.wire.slabs import ArrayWriter, Slab, SlabPool, read_columns
 from plan_parallel.workers.server import Server, answer
 from tests.helpers import assert_tree_equal
 from tests.test_rollout import assert_rollouts_equal, noisy_balance_policy, start_states
@@ -105,6 +106,42 @@ def test_rollout_chunks_rebuild_the_inline_batch(make_inline, server, with_slab)
     spec = RolloutSpec(6, cloudpickle.dumps(noisy_balance_policy), True)
     job = Job(6, None, states, 2, None, rollout=spec, policy=noisy_balance_policy)
     assert_rollouts_equal(run_job(server, job, env.observation_space, with_slab, replay=(0, 2)), oracle)
+
+
+@pytest.mark.timeout(60)
+def test_observations_in_the_message_travel_as_one_array(make_inline, server) -> None:
+    """Without slab room (Ray workers; rows larger than the slab) a chunk's observations are one array in
+    its reply: one buffer to pickle and to read back, not one per row. Rows that do not stack stay a list,
+    and the rows read back are read-only, as the slab's are."""
+    env = make_inline("CartPole-v1")
+    states = start_states(env, 6)[:6]
+    req, _ = encode(Job(6, np.array([0, 1, 1, 0, 1, 0]), states, 1, None), 0, 6, 0, None)
+    reply = through_the_wire(server, Call(1, Op.STEP_BATCH, (req,))).value
+    assert isinstance(reply.obs, np.ndarray) and reply.obs.shape == (6, 4) and reply.obs.dtype == np.float32
+    for ragged in ([np.zeros(2), np.zeros(3)], [np.zeros(2), np.zeros(2, np.float32)], [np.zeros(())] * 2,
+                   [{"a": np.zeros(2)}] * 2, [np.array([None, 1])] * 2):
+        assert stack_rows(ragged) is ragged
+    rows = listed_rows(stack_rows([np.arange(3.0), np.arange(3.0) + 1]))
+    assert [r.tolist() for r in rows] == [[0, 1, 2], [1, 2, 3]] and not rows[0].flags.writeable
+    assert isinstance(req.states["sim"], np.ndarray) and req.states["sim"].shape == (6, 4), "array states alike"
+
+
+@pytest.mark.timeout(60)
+def test_ale_states_in_the_message_travel_as_their_bytes(make_inline) -> None:
+    """Without slab room an ALE state travels as its bytes form, as through a slab: the sender does not decode
+    a state it got as bytes to serialize it again, and the receiver decodes it only when it is used."""
+    env = make_inline("ALE/Pong-v5")
+    states = list(env.step_batch(np.array([0, 1, 2]), start_states(env, 3)[:3]).states)
+    rest = pack_states(states, ArrayWriter(None), "", with_obs=False)
+    assert "sim" not in rest and [type(b) for b in rest["sim_blobs"]] == [bytes] * 3
+    back = unpack_states(pickle.loads(pickle.dumps(rest)), {}, "", 3)
+    assert [type(s.wire_sim) for s in back] == [bytes] * 3, "not decoded on arrival"
+    again = pack_states(back, ArrayWriter(None), "", with_obs=False)
+    assert [type(s.wire_sim) for s in back] == [bytes] * 3, "not decoded to be sent again"
+    assert again["sim_blobs"] == rest["sim_blobs"]
+    for s, o in zip(back, states):
+        s.obs = o.obs  # observations travel apart from the states
+    assert back == states
 
 
 @pytest.mark.timeout(60)

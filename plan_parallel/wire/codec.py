@@ -21,7 +21,7 @@ from gymnasium import spaces
 from plan_parallel.loops import RolloutParts, to_rollout_batch
 from plan_parallel.results import RolloutBatch, StepBatch, share_observations, stack_observations
 from plan_parallel.state import State
-from plan_parallel.wire.columns import pack_states, unpack_infos, unpack_outcomes, unpack_states
+from plan_parallel.wire.columns import listed_rows, pack_states, unpack_infos, unpack_outcomes, unpack_states
 from plan_parallel.wire.messages import ChunkReply, ChunkRequest, Op, RolloutSpec
 from plan_parallel.wire.slabs import ALIGN, ArrayWriter, Slab, rows_fit
 
@@ -189,13 +189,13 @@ def _rows_at(obs_to: tuple[Slab, np.ndarray], lo: int) -> tuple[str, int, int, s
     return slab.name, slab.size, lo * rows[0].nbytes, rows.dtype.str, rows.shape[1:]
 
 
-def _obs_rows(cols: dict[str, np.ndarray], listed: list | None, name: str) -> list:
-    """A chunk's observations as read-only private rows: from the slab column ``name``, or the listed ones."""
+def _obs_rows(cols: dict[str, np.ndarray], listed: np.ndarray | list | None, name: str) -> list:
+    """A chunk's observations as read-only private rows: from the slab column ``name``, or the message's."""
     if name in cols:
         arr = cols[name].copy()  # a view of the slab: copied before the slab is reused
         arr.flags.writeable = False  # the states keep these rows; callers get stacked copies
         return list(arr)
-    return listed or []
+    return listed_rows(listed)
 
 
 def _same_arrays(rows: list) -> bool:
@@ -286,7 +286,11 @@ class StepGather:
         self.truncs[lo:hi] = truncs
         self.steps[lo:hi] = n_steps
         if not reply.obs_written:
-            self._put_obs(lo, hi, cols.get("obs"), reply.obs)
+            listed = reply.obs
+            if isinstance(listed, np.ndarray):  # one array in the message (stack_rows): taken as the column
+                self._put_obs(lo, hi, listed, None)
+            else:
+                self._put_obs(lo, hi, cols.get("obs"), listed)
         elif self.obs_list is not None:  # written into self.lent, but an earlier chunk's did not fit it
             self.obs_list[lo:hi] = list(self.lent[lo:hi])  # type: ignore[index]
         self.states[lo:hi] = unpack_states(reply.states, cols, "", m)

@@ -14,13 +14,17 @@ import numpy as np
 from plan_parallel.state import State
 from plan_parallel.state.sim_blobs import sim_blobs
 from plan_parallel.wire.messages import ChunkReply
-from plan_parallel.wire.slabs import ArrayWriter, blobs
+from plan_parallel.wire.slabs import ArrayWriter, blobs, rows_fit
 
-__all__ = ["OUTCOMES", "pack_infos", "pack_outcomes", "pack_states", "unpack_infos", "unpack_outcomes", "unpack_states"]
+__all__ = ["OUTCOMES", "listed_rows", "pack_infos", "pack_outcomes", "pack_states", "stack_rows", "unpack_infos",
+           "unpack_outcomes", "unpack_states"]
 
 
 def pack_states(states: Sequence[State], w: ArrayWriter, prefix: str, with_obs: bool) -> dict[str, Any]:
     """Split states into array columns (written to ``w``) and a picklable remainder.
+
+    Simulator values that do not fit the slab travel in the remainder: a family's bytes forms as
+    ``"sim_blobs"``, arrays as one array (:func:`stack_rows`), anything else as a list.
 
     A state object listed more than once (N items from one start) is packed once; the
     remainder's ``"index"`` then maps each item to it, and :func:`unpack_states` lists
@@ -40,12 +44,15 @@ def pack_states(states: Sequence[State], w: ArrayWriter, prefix: str, with_obs: 
     })
     if not w.put_rows(prefix + "sim", [s.wire_sim for s in states]):
         blobs_ = _sim_blobs(states) if sim_blobs(rest["kind"]) is not None else None
-        if blobs_ is None or not w.put_blobs(prefix + "sim", blobs_):
-            rest["sim"] = [s.sim for s in states]
+        if blobs_ is not None:
+            if not w.put_blobs(prefix + "sim", blobs_):
+                rest["sim_blobs"] = blobs_  # in the message as bytes: nothing decoded to be serialized again
+        else:
+            rest["sim"] = stack_rows([s.sim for s in states])
     if with_obs:
         obs = [s.obs for s in states]
         if not w.put_rows(prefix + "obs", obs):
-            rest["obs"] = obs
+            rest["obs"] = stack_rows(obs)
     return rest
 
 
@@ -64,7 +71,8 @@ def _sim_blobs(states: Sequence[State]) -> list | None:
 def unpack_states(rest: dict[str, Any], cols: dict[str, np.ndarray], prefix: str, n: int) -> list[State]:
     """Rebuild the ``n`` states of :func:`pack_states` output (array rows are views of ``cols``).
 
-    States whose simulator values came as bytes keep them, decoded on first use (:meth:`State.from_blob`).
+    States whose simulator values came as bytes (in the slab or in the message) keep them, decoded on
+    first use (:meth:`State.from_blob`).
     A state packed once for several items is one object listed for each of them.
     """
     index = rest.get("index")
@@ -77,12 +85,18 @@ def unpack_states(rest: dict[str, Any], cols: dict[str, np.ndarray], prefix: str
 def _unpack_unique(rest: dict[str, Any], cols: dict[str, np.ndarray], prefix: str, n: int) -> list[State]:
     kind = rest["kind"]
     sims = rest.get("sim")
-    raw = blobs(cols, prefix + "sim") if sims is None else None
+    raw = rest.get("sim_blobs")
     if sims is None and raw is None:
-        sims = list(cols[prefix + "sim"])
+        raw = blobs(cols, prefix + "sim")
+        if raw is None:
+            sims = cols[prefix + "sim"]
+    if isinstance(sims, np.ndarray):
+        sims = list(sims)  # rows of one array (a slab column copied out, or stack_rows in the message)
     obs = rest.get("obs")
     if obs is None:
         obs = list(cols[prefix + "obs"]) if prefix + "obs" in cols else [None] * n
+    elif isinstance(obs, np.ndarray):
+        obs = list(obs)
     extra, rng, wrappers = rest["extra"], rest["rng"], rest["wrappers"]
     if raw is not None:
         from_blob = State.from_blob
@@ -142,3 +156,26 @@ def unpack_outcomes(reply: ChunkReply, cols: dict[str, np.ndarray]) -> tuple[Any
     rewards, terms, truncs, n_steps = reply.rewards, reply.terminations, reply.truncations, reply.n_steps
     return (cols["rewards"] if rewards is None else rewards, cols["terminations"] if terms is None else terms,
             cols["truncations"] if truncs is None else truncs, cols["n_steps"] if n_steps is None else n_steps)
+
+
+def stack_rows(rows: list) -> np.ndarray | list:
+    """Observations that travel in the message (no slab room): one array when they are ndarrays of one
+    shape (at least one axis) and dtype, else the list as it is.
+
+    One array pickles as one buffer, and is read back with one copy (Ray's object store hands each
+    buffer back separately: 512 Pong rows were 512 buffers, each copied out, then each copied again
+    into the batch's array).
+    """
+    first = rows[0] if rows else None
+    if (isinstance(first, np.ndarray) and first.ndim and not first.dtype.hasobject
+            and rows_fit(rows, first.dtype, first.shape)):
+        return np.stack(rows)
+    return rows
+
+
+def listed_rows(listed: np.ndarray | list | None) -> list:
+    """The rows :func:`stack_rows` sent (read-only rows of its array, which nothing else holds)."""
+    if isinstance(listed, np.ndarray):
+        listed.flags.writeable = False  # the states keep these rows; callers get stacked copies
+        return list(listed)
+    return listed or []

@@ -127,12 +127,12 @@ class ChunkReply:
     truncations: Any
     n_steps: Any  # int64 (n,)
     states: dict  # columns.pack_states' remainder of the final states (no observations)
-    obs: list | None  # the final observations, when not the slab column "obs"
+    obs: Any  # the final observations when not the slab column "obs": an ndarray or a list (columns.stack_rows), or None
     infos: Any  # columns.pack_infos
     layout: dict  # the output columns in the slab
     needed: int  # output bytes, fitting in the slab or not (learned for the next chunks)
     all_states: dict | None = None  # with return_all: the n*T states, item-major
-    all_obs: list | None = None  # with return_all: their observations, when not the column "all_obs"
+    all_obs: Any = None  # with return_all: their observations when not the column "all_obs" (as obs)
     obs_written: bool = False  # the final observations are in the batch's slab (ChunkRequest.obs_out)
 
 

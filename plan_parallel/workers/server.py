@@ -18,7 +18,7 @@ import numpy as np
 
 from plan_parallel.env import PlanEnv
 from plan_parallel.factory import quiet_ale_for_good
-from plan_parallel.wire.columns import pack_infos, pack_outcomes, pack_states, unpack_states
+from plan_parallel.wire.columns import pack_infos, pack_outcomes, pack_states, stack_rows, unpack_states
 from plan_parallel.wire.messages import (
     READY,
     Call,
@@ -101,12 +101,14 @@ class Server:
         return slab, cols, states, actions, dt, seeds
 
     @staticmethod
-    def _write_items(w: ArrayWriter, prefix: str, states: list, obs: list) -> tuple[dict, list | None]:
-        """N result states (without their observations) and observations (slab rows, or listed)."""
+    def _write_items(w: ArrayWriter, prefix: str, states: list, obs: list) -> tuple[dict, np.ndarray | list | None]:
+        """N result states (without their observations) and observations (slab rows, or in the message:
+        :func:`~plan_parallel.wire.columns.stack_rows`)."""
         packed = pack_states(states, w, prefix, with_obs=False)
-        return packed, None if w.put_rows(prefix + "obs", obs) else obs
+        return packed, None if w.put_rows(prefix + "obs", obs) else stack_rows(obs)
 
-    def _write_final(self, w: ArrayWriter, req: ChunkRequest, states: list, obs: list) -> tuple[dict, list | None, bool]:
+    def _write_final(self, w: ArrayWriter, req: ChunkRequest, states: list,
+                     obs: list) -> tuple[dict, np.ndarray | list | None, bool]:
         """A chunk's final states and observations: :meth:`_write_items`, with the observations written into
         the batch's lent slab when the request has one and they fit it (then True)."""
         if req.obs_out is not None:
