@@ -73,18 +73,18 @@ class BatchFuture:
         try:
             if self.gather is not None:
                 self.value = self.gather.result()
-            with ctrl_c_deferred():  # accounted once, and settled with it: retried, it is not accounted again
+            # In one step (Ctrl-C held back): accounted once, settled with it (a retried result() does not
+            # account it again), and its answered parts dropped. Dropping them breaks the cycle future <->
+            # part, so the batch (and the slab its observations are lent in) is freed when the caller
+            # drops it. Never before it is settled: with no parts and not settled, all_answered() is False
+            # and a retried result() would wait for nothing, for ever.
+            with ctrl_c_deferred():
                 if self.on_done is not None:
                     self.on_done(self)
                 self.finished = True
+                self.parts = []
         except Exception as e:
             self.fail(e)
-            return
-        # Every part is answered: none is sent again. Dropping them breaks the cycle future <-> part, so
-        # the batch (and the slab its observations are lent in) is freed when the caller drops it. Only
-        # once settled: interrupted before, all_answered() must still see them to complete it (with no
-        # parts and not settled, a retried result() would wait for nothing, for ever).
-        self.parts = []
 
     def fail(self, error: BaseException) -> None:
         """Fail the batch (the first error wins); its chunks not sent yet are dropped."""
