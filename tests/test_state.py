@@ -225,6 +225,24 @@ def test_a_mujoco_env_given_a_new_mjdata_is_restored_and_captured_through_it(mak
     assert env.get_state() == s1
 
 
+def test_an_ale_reset_that_draws_from_ales_rng_is_exact_after_a_restore(make_inline):
+    """Adventure's reset, in a mode other than its default, presses Select for a random number of frames
+    drawn from ALE's environment RNG: its states carry that RNG, so an env whose RNG went another way
+    resets from a restored state as the env that made the state. (Pong's states leave that RNG out:
+    nothing reads it; the replay rows in fresh processes show it.)"""
+    made = make_inline("ALE/Adventure-v5", mode=2)
+    made.reset(seed=1)
+    for a in [1, 2, 3, 4, 5]:
+        state = made.step(a)[0]
+    other = make_inline("ALE/Adventure-v5", mode=2)
+    other.reset(seed=2)  # another seed: another ALE RNG
+    other.set_state(state)
+    for env in (made, other):
+        env.gym_env.unwrapped.reset()  # no seed: the RNG goes on from the state
+    ram = [env.gym_env.unwrapped.ale.getRAM() for env in (made, other)]
+    np.testing.assert_array_equal(ram[1], ram[0])
+
+
 def test_families_bind_the_expected_adapters(make_inline):
     expected = {
         "CartPole-v1": "classic", "FrozenLake-v1": "toytext", "ALE/Pong-v5": "ale",
