@@ -50,6 +50,27 @@ def _act(step: Callable[[Any], tuple], action: Any, k: int) -> tuple[Any, float,
     return obs, total, term, trunc, info, taken
 
 
+def _act_quietly(adapter: Adapter, step: Callable[[Any], tuple], action: Any,
+                 k: int) -> tuple[Any, float, bool, bool, dict, int]:
+    """:func:`_act`, with the adapter's quiet step for every step but the last (``k`` > 1): the
+    observations and infos in between, which :func:`_act` drops, are never made."""
+    quiet = adapter.quiet_step
+    if quiet is None or k == 1:
+        return _act(step, action, k)
+    _, r, term, trunc, _ = quiet(action)
+    total = float(r)
+    taken = 1
+    while not (term or trunc):
+        if taken == k - 1:
+            obs, r, term, trunc, info = step(action)
+            return obs, total + float(r), term, trunc, info, k
+        _, r, term, trunc, _ = quiet(action)
+        total += float(r)
+        taken += 1
+    obs, info = adapter.observe()
+    return obs, total, term, trunc, info, taken
+
+
 def _item_lists(n: int) -> tuple[list, list, list, list, list, list]:
     """The six per-item lists a step loop fills: states, observations, rewards, terminations, truncations, infos."""
     return [None] * n, [None] * n, [0.0] * n, [False] * n, [False] * n, [None] * n
@@ -95,7 +116,7 @@ def run_items(
                 rewards[i] = float(r)
                 taken = 1
             else:
-                obs, rewards[i], term, trunc, info, taken = _act(step, actions[i], k)
+                obs, rewards[i], term, trunc, info, taken = _act_quietly(adapter, step, actions[i], k)
             out_obs[i] = obs
             terms[i] = term is True or bool(term)
             truncs[i] = trunc is True or bool(trunc)
@@ -231,7 +252,7 @@ def run_rollouts(
             info: dict = {}
             for t in range(horizon):
                 a = seq[t] if seq is not None else policy(obs, rng)  # type: ignore[misc,arg-type]
-                obs, row[t], term, trunc, info, taken = _act(step, a, k)
+                obs, row[t], term, trunc, info, taken = _act_quietly(adapter, step, a, k)
                 taken_total += taken
                 if return_all:
                     s_row.append(capture(None, obs))

@@ -1,4 +1,5 @@
-"""direct_step: gymnasium's default wrappers taken out of the step path, with the same results.
+"""direct_step: gymnasium's default wrappers taken out of the step path, with the same results; and ALE's
+quiet step, the steps of a dt whose observations nobody reads, with the same results.
 
 The claim is about gymnasium's own wrappers, so the tests use real envs built by
 ``gym.make`` and compare with stepping the same env through its wrappers.
@@ -9,10 +10,14 @@ import gymnasium as gym
 import numpy as np
 import pytest
 from gymnasium.error import ResetNeeded
-from gymnasium.wrappers import TimeLimit
+from gymnasium.wrappers import FrameStackObservation, TimeLimit
 
 import plan_parallel as pp
+from plan_parallel.env import PlanEnv
+from plan_parallel.factory import EnvFactory
+from plan_parallel.state import set_state
 from plan_parallel.state.wrappers import direct_step
+from tests.helpers import assert_batches_equal, assert_tree_equal
 
 
 def _walk(step, actions) -> list[tuple]:
@@ -67,3 +72,51 @@ def test_a_planning_env_truncates_where_gymnasium_does() -> None:
     assert truncs == [False, False, False, True]
     batch = env.step_batch(np.zeros(3, dtype=np.int64), [state] * 3)
     assert batch.truncations.all()  # a step past the limit is still truncated, as TimeLimit says
+
+
+# --------------------------------------------------------------------------- ALE's quiet step
+def _pong(**kw: object) -> PlanEnv:
+    return PlanEnv(EnvFactory("ALE/Pong-v5", dict(kw)))
+
+
+@pytest.mark.parametrize("kw, walk", [({"max_episode_steps": 12}, 11), ({"max_num_frames_per_episode": 60}, 14)],
+                         ids=["TimeLimit", "ALE frame limit"])
+def test_ale_steps_of_a_dt_skip_their_observations_with_the_same_results(kw: dict, walk: int) -> None:
+    """Every step of an ALE item's dt but the last skips its observation and info (nobody reads them);
+    items whose episode ends in the middle of their dt (gymnasium's TimeLimit, ALE's own frame limit)
+    return that step's observation and info, as with every step observed."""
+    quiet, loud = _pong(**kw), _pong(**kw)
+    assert quiet._adapter.quiet_step is not None
+    loud._adapter.quiet_step = None  # every step observed
+    states = [quiet.reset(seed=0)[0]]
+    for t in range(walk):
+        states.append(quiet.step(t % 6)[0])
+    items = states[-8:]
+    actions = np.arange(len(items)) % 6
+    got, want = quiet.step_batch(actions, items, dt=4), loud.step_batch(actions, items, dt=4)
+    assert_batches_equal(got, want)
+    n_steps = [info["n_steps"] for info in got.infos]
+    assert got.truncations.any() and any(0 < n < 4 for n in n_steps)  # ended mid-dt, and observed there
+    rolled = [env.rollout_batch(items, dt=3, horizon=3, seeds=np.arange(len(items))) for env in (quiet, loud)]
+    assert_tree_equal(rolled[0].observations, rolled[1].observations)
+    assert list(rolled[0].states) == list(rolled[1].states)
+    np.testing.assert_array_equal(rolled[0].rewards, rolled[1].rewards)
+    for env in (quiet, loud):
+        env.close()
+
+
+def test_a_wrapper_that_reads_observations_keeps_every_step_observed() -> None:
+    """Under FrameStackObservation every observation is stacked: no quiet step, and dt=3 stacks all three."""
+    def stacked() -> gym.Env:
+        return FrameStackObservation(gym.make("ALE/Pong-v5", obs_type="ram"), 3)
+
+    env = PlanEnv(stacked)
+    assert env._adapter.quiet_step is None
+    s0 = env.reset(seed=1)[0]
+    batch = env.step_batch([2], [s0], dt=3)
+    plain = stacked()
+    set_state(plain, s0)
+    for _ in range(3):
+        obs = plain.step(2)[0]
+    np.testing.assert_array_equal(batch.observations[0], obs)
+    env.close()

@@ -73,6 +73,9 @@ class Adapter:
         self._draws = self.step_draws_rng or self.wrappers.draws_rng  # a wrapper may draw (StickyAction)
         # The rng value the env's np_random is known to hold (identity-tracked), or None.
         self._rng_known: dict | None = None
+        # A step that skips the observation and info, for the steps of a dt whose observation no one
+        # reads (see make_quiet_step); set by bind().
+        self.quiet_step: Callable[[Any], tuple] | None = None
 
     # --- to implement per family ---------------------------------------------------
     @classmethod
@@ -116,6 +119,21 @@ class Adapter:
     def make_step(self) -> Callable[[Any], tuple]:
         """The function that steps the env once: the wrapped env's ``step`` (see :func:`direct_step`)."""
         return direct_step(self.env)
+
+    def make_quiet_step(self) -> Callable[[Any], tuple] | None:
+        """Hook: a step equal to :meth:`make_step`'s but for the observation and info it skips
+        (``(None, reward, terminated, truncated, None)``), or None (the default: the family has none).
+
+        The loops take it for every step of an item's ``dt`` but the last, whose
+        observation is returned, and call :meth:`observe` when one ends the
+        episode early. Only for a family whose observation is a read of the
+        simulator (no side effect) under wrappers that never read it.
+        """
+        return None
+
+    def observe(self) -> tuple[Any, dict]:
+        """The unwrapped env's observation and info now (after :attr:`quiet_step` ended an episode)."""
+        raise NotImplementedError(f"{type(self).__name__} has no quiet step")
 
     # --- the protocol ------------------------------------------------------------------
     def _read_rng(self) -> dict | None:
@@ -297,4 +315,5 @@ def bind(env: Any, adapter: type[Adapter] | None = None) -> Adapter:
     cls = adapter if adapter is not None else adapter_class_for(env.unwrapped)
     bound = cls(env)
     bound.compile()
+    bound.quiet_step = bound.make_quiet_step()
     return bound

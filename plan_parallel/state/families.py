@@ -17,12 +17,14 @@ from __future__ import annotations
 import functools
 import numbers
 import sys
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from plan_parallel.state.core import Adapter, register_adapter
 from plan_parallel.state.sim_blobs import register_sim_blobs
+from plan_parallel.state.wrappers import direct_step
 
 __all__ = ["ALE_GAMES_RESET_FROM_RNG", "RESTORED_ZERO", "AleAdapter", "ClassicControlAdapter", "MujocoAdapter",
            "RestoredZero", "ToyTextAdapter"]
@@ -253,6 +255,16 @@ class AleAdapter(Adapter):
     def accepts(cls, unwrapped: Any) -> bool:
         return type(unwrapped).__module__.startswith("ale_py") and hasattr(unwrapped, "ale")
 
+    def make_quiet_step(self) -> Callable[[Any], tuple] | None:
+        # Only stickiness taken over puts a step of ours in the env (an env without sticky actions
+        # keeps AtariEnv.step); the screen is read, never written, by the observation.
+        if not self._sticky:
+            return None
+        return direct_step(self.env, functools.partial(_sticky_quiet_step, self.u))
+
+    def observe(self) -> tuple[Any, dict]:
+        return self.u._get_obs(), self.u._get_info()
+
     def get_sim(self) -> tuple[Any, Any]:
         return self._ale.cloneState(include_rng=self._with_rng), self.u._pp_sticky_prev
 
@@ -299,6 +311,18 @@ def _take_over_stickiness(u: Any) -> None:
 
 def _sticky_step(u: Any, action: Any) -> tuple:
     """``AtariEnv.step`` with sticky actions drawn from ``u.np_random`` (see AleAdapter)."""
+    reward, terminated, truncated = _sticky_frames(u, action)
+    return u._get_obs(), reward, terminated, truncated, u._get_info()
+
+
+def _sticky_quiet_step(u: Any, action: Any) -> tuple:
+    """:func:`_sticky_step` without the observation and info (None): a step whose observation no one reads."""
+    reward, terminated, truncated = _sticky_frames(u, action)
+    return None, reward, terminated, truncated, None
+
+
+def _sticky_frames(u: Any, action: Any) -> tuple[float, bool, bool]:
+    """The frames of one :func:`_sticky_step`: its reward, terminated and truncated."""
     fs = u._frameskip
     rng = u.np_random
     if not isinstance(fs, int):
@@ -326,7 +350,7 @@ def _sticky_step(u: Any, action: Any) -> tuple:
             prev = wanted
         reward += ale.act(prev[0], prev[1])
     u._pp_sticky_prev = prev
-    return u._get_obs(), reward, ale.game_over(with_truncation=False), ale.game_truncated(), u._get_info()
+    return reward, ale.game_over(with_truncation=False), ale.game_truncated()
 
 
 register_adapter(AleAdapter)
