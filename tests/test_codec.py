@@ -176,6 +176,30 @@ def test_a_malformed_state_fails_in_the_server_as_inline_with_its_item(make_inli
     assert type(exc) is pp.StateError and str(exc) == str(inline_err.value) and item == 1
 
 
+@pytest.mark.timeout(60)
+def test_equal_rng_values_of_a_chunk_travel_as_one_object(make_inline) -> None:
+    """States whose RNG values are equal but distinct objects (each unpickled on its own; CartPole's step
+    never draws) carry one RNG dict in the chunk and arrive sharing it; unequal ones (Pong's sticky
+    draws) stay apart; every state comes back equal."""
+    cart = make_inline("CartPole-v1")
+    states = [pickle.loads(pickle.dumps(s)) for s in start_states(cart, 4)[:4]]
+    assert len({id(s.rng) for s in states}) == 4 and all(s.rng == states[0].rng for s in states)
+    rest = pack_states(states, ArrayWriter(None), "", with_obs=False)
+    wire = pickle.dumps(rest)
+    assert len({id(r) for r in pickle.loads(wire)["rng"]}) == 1
+    back = unpack_states(pickle.loads(wire), {}, "", 4)
+    assert len({id(s.rng) for s in back}) == 1
+    for s, o in zip(back, states):
+        s.obs = o.obs  # observations travel apart from the states
+    assert back == states
+    pong = make_inline("ALE/Pong-v5")
+    drawn = list(pong.step_batch(np.array([0, 1, 2]), start_states(pong, 3)[:3]).states)
+    rest = pack_states(drawn, ArrayWriter(None), "", with_obs=False)
+    sent = pickle.loads(pickle.dumps(rest))["rng"]
+    assert len({id(r) for r in sent}) == len({str(s.rng) for s in drawn}) > 1
+    assert sent == [s.rng for s in drawn]
+
+
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("env_id", ["CartPole-v1", "ALE/Pong-v5"])
 def test_items_from_one_state_object_carry_it_once(make_inline, env_id) -> None:
