@@ -1,15 +1,17 @@
 """Observations lent out of shared memory (plan_parallel.wire.leases): exact, never reused while seen.
 
 A batch whose observations are large gets a slab of its own; workers write
-their rows into it and the batch's ``observations`` (and each state's ``obs``)
-are views of it. These rows check that what the caller holds never changes,
-whatever runs next or fails, that slabs are reused once nothing holds them, and
-that the results equal the inline oracle. The interruption table runs on lent
+their rows into it (Ray's actors send them, and they are copied into it) and
+the batch's ``observations`` (and each state's ``obs``) are views of it. These
+rows check that what the caller holds never changes, whatever runs next or fails,
+that slabs are reused once nothing holds them, and that the results equal the
+inline oracle. The interruption table runs on lent
 batches too (``test_interrupts.py``, ``test_interrupt_with_lent_observations...``).
 """
 from __future__ import annotations
 
 import gc
+import importlib.util
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -27,9 +29,13 @@ OBS = 16384  # float32: 64 KB a row, so a batch of 3 or more is lent
 ACTS = np.array([0, 1, 0, 1, 1, 0])  # no FaultyEnv trigger (action 2)
 
 
-def lent_env(**options: object) -> pp.BatchEnv:
+BACKENDS = ["process", pytest.param("ray", marks=[pytest.mark.ray, pytest.mark.skipif(
+    importlib.util.find_spec("ray") is None, reason="needs ray (the ray extra)")])]
+
+
+def lent_env(backend: str = "process", **options: object) -> pp.BatchEnv:
     options.setdefault("small_batch_inline", False)
-    return pp.make(CounterEnv, backend="process", n_workers=2, horizon=1000, obs_size=OBS, **options)
+    return pp.make(CounterEnv, backend=backend, n_workers=2, horizon=1000, obs_size=OBS, **options)
 
 
 @pytest.fixture(scope="module")
@@ -51,10 +57,12 @@ def batch_of(rng: np.random.Generator, starts: list) -> tuple[np.ndarray, list, 
 
 
 @pytest.mark.timeout(120)
+@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("small_batch_inline", [False, True], ids=["workers", "default"])
-def test_lent_observations_equal_inline(small_batch_inline: bool, oracle: pp.PlanEnv, starts: list) -> None:
+def test_lent_observations_equal_inline(backend: str, small_batch_inline: bool, oracle: pp.PlanEnv,
+                                        starts: list) -> None:
     rng = np.random.default_rng(0)
-    with lent_env(small_batch_inline=small_batch_inline) as env:
+    with lent_env(backend, small_batch_inline=small_batch_inline) as env:
         for _ in range(12):
             acts, states, dt = batch_of(rng, starts)
             got = env.step_batch(acts, states, dt)
@@ -67,11 +75,12 @@ def test_lent_observations_equal_inline(small_batch_inline: bool, oracle: pp.Pla
 
 
 @pytest.mark.timeout(120)
-def test_lent_rows_never_change_while_held(oracle: pp.PlanEnv, starts: list) -> None:
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_lent_rows_never_change_while_held(backend: str, oracle: pp.PlanEnv, starts: list) -> None:
     """The batch's array, a row of another batch and a state kept alone stay as they were through
     later batches, while slabs nobody holds are reused (the slab count stays flat)."""
     rng = np.random.default_rng(1)
-    with lent_env() as env:
+    with lent_env(backend) as env:
         acts, states, dt = batch_of(rng, starts)
         kept = env.step_batch(acts, states, dt)
         kept_copy = kept.observations.copy()

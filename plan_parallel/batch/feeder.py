@@ -35,7 +35,9 @@ class Feeder:
     Args:
         slabs: where shared-memory slabs come from (and go back to).
         leases: where the slabs lent to batches' large observations come from
-            (:mod:`plan_parallel.wire.leases`); None: workers without shared memory.
+            (:mod:`plan_parallel.wire.leases`); None: none lent. Workers with shared memory
+            write their rows into the lent slab; others' rows (Ray's) are copied into it on
+            arrival, into memory a dropped batch has touched already.
     """
 
     def __init__(self, slabs: SlabPool, leases: LeasePool | None) -> None:

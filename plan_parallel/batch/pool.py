@@ -74,7 +74,7 @@ class WorkerPool:
         self._requeue: list[tuple[int, Part]] = []
         self._step_seconds: float | None = None  # a worker's env seconds per step (EMA), to know when replies are due
         self._ids = READY
-        self.feeder = Feeder(SlabPool(), LeasePool() if worker_type.uses_shared_memory else None)
+        self.feeder = Feeder(SlabPool(), LeasePool())
         self.info: WorkerInfo | None = None
         self.stats: dict[str, Any] = {
             "restarts": 0, "timeouts": 0, "busy_seconds": [0.0] * n, "env_seconds": 0.0,
