@@ -32,15 +32,18 @@ PLACE_INDEX = {p: j for j, p in enumerate(PLACES)}
 
 class Figures:
     """What the tuner measured of one (op, size class): per place (in the order of :data:`PLACES`), its
-    seconds per env step, how many batches were measured, and how many batches ran elsewhere since it
-    was last tried."""
+    seconds per env step, how many batches were measured, how many batches ran elsewhere since it
+    was last tried, and how many of its next figures to leave out (the first batch of a trial); and the
+    place whose trial has its second batch to run (-1: none)."""
 
-    __slots__ = ("samples", "speed", "waited")
+    __slots__ = ("cold", "repeat", "samples", "speed", "waited")
 
     def __init__(self) -> None:
         self.speed = [0.0] * len(PLACES)
         self.samples = [0] * len(PLACES)
         self.waited = [0] * len(PLACES)
+        self.cold = [0] * len(PLACES)
+        self.repeat = -1
 
 
 def usable_cores() -> int:
@@ -96,14 +99,21 @@ class Tuner:
         in turns in the order of :data:`PLACES`; then the fastest wins, and
         every other place is tried again after ``EXPLORE_EVERY * r**2`` batches, r
         being its time ÷ the fastest's (at most ``MAX_EXPLORE_FACTOR``). A close
-        second stays current; a trial costs the (r - 1) batches' worth of time the
-        place loses, so trials cost (r - 1) / r**2 of a batch per EXPLORE_EVERY
-        batches: at most a quarter (r = 2), less the slower the place. (With r in
+        second stays current; a trial (two batches, below) costs the 2 (r - 1) batches'
+        worth of time the place loses, so trials cost 2 (r - 1) / r**2 of a batch per
+        EXPLORE_EVERY batches: at most a half (r = 2), less the slower the place. (With r in
         place of r**2 the cost was (r - 1) / r, near a whole batch per
         EXPLORE_EVERY for each slow place: ~3 % of make_vec's 16-CartPole steps,
         where the workers and shared places are 3.7-4.4 times slower than here.)
         A forced ``"share"`` mode gives ``"workers"``
         where it cannot share.
+
+        A trial is two batches, and only the second is learned: the first pays for
+        the place having been idle (its workers asleep and their caches cold, or a
+        vector env's resident envs restoring every sub-env), which measured alone
+        kept a faster place looking slower (make_vec, 8 Pongs: the workers ran
+        370-390 us a step in a streak and 580-830 in single trials, against 450-490
+        here).
         """
         if self.mode != "auto":
             return self.mode if can_share or self.mode != "share" else "workers"
@@ -115,6 +125,10 @@ class Tuner:
         fewest = min(samples)
         if fewest < FIRST_SAMPLES:  # the first place, in the order of PLACES, with the fewest samples
             return PLACES[samples.index(fewest)]
+        again = figures.repeat
+        if again >= 0 and again < m:
+            figures.repeat = -1
+            return PLACES[again]  # a trial's second batch
         speed = figures.speed[:m]
         fastest = min(speed)
         best = speed.index(fastest)
@@ -129,6 +143,8 @@ class Tuner:
                     chosen, most = j, due
         if chosen != best:
             waited[chosen] = 0
+            figures.cold[chosen] += 1
+            figures.repeat = chosen
         return PLACES[chosen]
 
     def learn(self, size_class: tuple[str, int], place: str, seconds_per_step: float) -> None:
@@ -142,6 +158,9 @@ class Tuner:
         """
         figures = self._figures.get(size_class) or self._figures.setdefault(size_class, Figures())
         j = PLACE_INDEX[place]
+        if figures.cold[j] > 0:  # a trial's first batch
+            figures.cold[j] -= 1
+            return
         old = figures.speed[j]
         seen = figures.samples[j] = figures.samples[j] + 1
         if seen == 1:
