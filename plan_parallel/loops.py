@@ -33,41 +33,26 @@ __all__ = ["RolloutParts", "UniformPolicy", "item_rng", "run_items", "run_rollou
 Policy = Callable[[Any, np.random.Generator], Any]
 
 
-def _act(step: Callable[[Any], tuple], action: Any, k: int) -> tuple[Any, float, bool, bool, dict, int]:
+def _act(adapter: Adapter, step: Callable[[Any], tuple], action: Any, k: int) -> tuple[Any, float, bool, bool, dict, int]:
     """Apply ``action`` up to ``k`` times, stopping at terminated or truncated.
 
     Returns ``(obs, reward, terminated, truncated, info, steps)``: the last step's
     obs, flags and info, the rewards summed as Python floats in step order, and
-    the number of env steps taken.
+    the number of env steps taken. Every step but the k-th is the adapter's quiet
+    step when it has one (the observations and infos in between are never made);
+    an episode that ends on a quiet step is observed then.
     """
-    obs, r, term, trunc, info = step(action)
+    quiet = adapter.quiet_step
+    between = step if quiet is None else quiet
+    obs, r, term, trunc, info = (step if k == 1 else between)(action)
     total = float(r)
     taken = 1
     while taken < k and not (term or trunc):
-        obs, r, term, trunc, info = step(action)
+        obs, r, term, trunc, info = (step if taken == k - 1 else between)(action)
         total += float(r)
         taken += 1
-    return obs, total, term, trunc, info, taken
-
-
-def _act_quietly(adapter: Adapter, step: Callable[[Any], tuple], action: Any,
-                 k: int) -> tuple[Any, float, bool, bool, dict, int]:
-    """:func:`_act`, with the adapter's quiet step for every step but the last (``k`` > 1): the
-    observations and infos in between, which :func:`_act` drops, are never made."""
-    quiet = adapter.quiet_step
-    if quiet is None or k == 1:
-        return _act(step, action, k)
-    _, r, term, trunc, _ = quiet(action)
-    total = float(r)
-    taken = 1
-    while not (term or trunc):
-        if taken == k - 1:
-            obs, r, term, trunc, info = step(action)
-            return obs, total + float(r), term, trunc, info, k
-        _, r, term, trunc, _ = quiet(action)
-        total += float(r)
-        taken += 1
-    obs, info = adapter.observe()
+    if taken < k and quiet is not None:
+        obs, info = adapter.observe()
     return obs, total, term, trunc, info, taken
 
 
@@ -116,7 +101,7 @@ def run_items(
                 rewards[i] = float(r)
                 taken = 1
             else:
-                obs, rewards[i], term, trunc, info, taken = _act_quietly(adapter, step, actions[i], k)
+                obs, rewards[i], term, trunc, info, taken = _act(adapter, step, actions[i], k)
             out_obs[i] = obs
             terms[i] = term is True or bool(term)
             truncs[i] = trunc is True or bool(trunc)
@@ -252,7 +237,7 @@ def run_rollouts(
             info: dict = {}
             for t in range(horizon):
                 a = seq[t] if seq is not None else policy(obs, rng)  # type: ignore[misc,arg-type]
-                obs, row[t], term, trunc, info, taken = _act_quietly(adapter, step, a, k)
+                obs, row[t], term, trunc, info, taken = _act(adapter, step, a, k)
                 taken_total += taken
                 if return_all:
                     s_row.append(capture(None, obs))

@@ -35,12 +35,12 @@ class Feeder:
     Args:
         slabs: where shared-memory slabs come from (and go back to).
         leases: where the slabs lent to batches' large observations come from
-            (:mod:`plan_parallel.wire.leases`); None: none lent. Workers with shared memory
-            write their rows into the lent slab; others' rows (Ray's) are copied into it on
-            arrival, into memory a dropped batch has touched already.
+            (:mod:`plan_parallel.wire.leases`). Workers with shared memory write their rows
+            into the lent slab; others' rows (Ray's) are copied into it on arrival, into
+            memory a dropped batch has touched already.
     """
 
-    def __init__(self, slabs: SlabPool, leases: LeasePool | None) -> None:
+    def __init__(self, slabs: SlabPool, leases: LeasePool) -> None:
         self.slabs = slabs
         self.leases = leases
         self.observation_space: Any = None
@@ -54,10 +54,10 @@ class Feeder:
         fut.pending.extend(split_by_cost(job.dt, job.n, n_chunks))
         if not fut.pending:
             return False
-        layout = None if self.leases is None else row_layout(self.observation_space, job.n)
+        layout = row_layout(self.observation_space, job.n)
         if layout is not None and isinstance(fut.gather, (StepGather, RolloutGather)):
             dtype, shape = layout
-            fut.lease = self.leases.lease(math.prod(shape) * dtype.itemsize)  # type: ignore[union-attr]
+            fut.lease = self.leases.lease(math.prod(shape) * dtype.itemsize)
             fut.gather.lend(fut.lease.array(dtype, shape))
         self.waiting.append(fut)
         return True
@@ -142,8 +142,7 @@ class Feeder:
     def close(self) -> None:
         """Free every slab (lent arrays the caller still holds stay readable)."""
         self.slabs.close()
-        if self.leases is not None:
-            self.leases.close()
+        self.leases.close()
 
     def fail_all(self, err: BaseException) -> None:
         for fut in self.waiting:

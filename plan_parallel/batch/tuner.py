@@ -126,7 +126,7 @@ class Tuner:
         if fewest < FIRST_SAMPLES:  # the first place, in the order of PLACES, with the fewest samples
             return PLACES[samples.index(fewest)]
         again = figures.repeat
-        if again >= 0 and again < m:
+        if 0 <= again < m:
             figures.repeat = -1
             return PLACES[again]  # a trial's second batch
         speed = figures.speed[:m]

@@ -247,8 +247,7 @@ class AleAdapter(Adapter):
             if p > 0.0:
                 _take_over_stickiness(u)
         self._sticky = u._pp_sticky_p > 0.0
-        self._with_rng = (self._ale.getFloat("repeat_action_probability") > 0.0
-                          or getattr(u, "_game", None) in ALE_GAMES_RESET_FROM_RNG)
+        self._with_rng = getattr(u, "_game", None) in ALE_GAMES_RESET_FROM_RNG  # ALE's own probability is 0 here
         self._draws = self.wrappers.draws_rng or self._sticky or isinstance(getattr(u, "_frameskip", 1), tuple)
 
     @classmethod
