@@ -29,7 +29,7 @@ def _rate(env: Any, decisions: int) -> float:
 def bench_mcts(repeats: int, quick: bool, workers: int, decisions: int | None = None, warmup: int = 6) -> list[str]:
     """The suite's lines: ``decisions`` per run (default 16, 3 with ``quick``) after ``warmup`` untimed ones."""
     import plan_parallel as pp
-    from plan_parallel.bench_process import parallel_ceiling
+    from plan_parallel.bench_ceiling import parallel_ceiling
 
     if decisions is None:
         decisions = 3 if quick else 16

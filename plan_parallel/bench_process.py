@@ -8,9 +8,10 @@ from typing import Any
 import numpy as np
 
 from plan_parallel.bench import make_workload, raw_loop
+from plan_parallel.bench_ceiling import RawCrew, parallel_ceiling
 from plan_parallel.bench_timing import measure
 
-__all__ = ["CASES", "bench_process", "fixed_cost", "parallel_ceiling", "simulator_ceiling"]
+__all__ = ["CASES", "bench_process", "fixed_cost"]
 
 # (label, env id, kwargs): Pong with RGB observations and frameskip 1, as the issue asks.
 CASES: list[tuple[str, str, dict[str, Any]]] = [
@@ -18,81 +19,6 @@ CASES: list[tuple[str, str, dict[str, Any]]] = [
     ("Pong RGB fs1", "ALE/Pong-v5", {"frameskip": 1}),
     ("HalfCheetah-v5", "HalfCheetah-v5", {}),
 ]
-
-
-def _burn(n: int) -> float:
-    t0 = time.perf_counter()
-    x = 0
-    for i in range(n):
-        x += i
-    return time.perf_counter() - t0
-
-
-def parallel_ceiling(workers: int, n: int = 2_000_000, repeats: int = 3) -> float:
-    """How much faster ``workers`` CPU-bound processes finish than one, right now (2.0 on a quiet 2-core box).
-
-    Printed with the ratios: on a shared machine the ceiling moves, and a
-    ratio means little without it.
-    """
-    import multiprocessing as mp
-
-    ratios = []
-    with mp.get_context("fork" if "fork" in mp.get_all_start_methods() else "spawn").Pool(workers) as pool:
-        pool.map(_burn, [1000] * workers)
-        for _ in range(repeats):
-            alone = _burn(n)
-            t0 = time.perf_counter()
-            pool.map(_burn, [n] * workers)
-            both = time.perf_counter() - t0
-            ratios.append(workers * alone / both)
-    return statistics.median(ratios)
-
-
-_RAW: dict[str, Any] = {}  # in a simulator_ceiling pool process: its raw loop
-
-
-def _build_raw(env_id: str, kw: dict, b: int) -> None:
-    import plan_parallel as pp
-
-    ref = pp.make(env_id, backend="inline", **kw)
-    states, actions = make_workload(ref, b)
-    _RAW["env"], _RAW["run"] = raw_loop(env_id, kw, ref, states, actions, lambda e: e.unwrapped.step)
-    _RAW["b"] = b
-
-
-def _timed_raw(seconds: float) -> tuple[float, float, int]:
-    """Run the raw loop over its B items for about ``seconds``: (start, end, items)."""
-    run, b = _RAW["run"], _RAW["b"]
-    t0 = time.perf_counter()
-    items = 0
-    while time.perf_counter() - t0 < seconds:
-        run(b, 1)
-        items += b
-    return t0, time.perf_counter(), items
-
-
-def simulator_ceiling(env_id: str, kw: dict, workers: int, b: int, seconds: float = 0.5, repeats: int = 3) -> float:
-    """How much faster ``workers`` processes run the raw loop of this env than one, right now.
-
-    The ceiling of :func:`parallel_ceiling` is a Python loop's: an env whose
-    step is memory-bound (ALE) may gain much less from a second core of this
-    VM than a Python loop does. This measures the env itself, without
-    plan_parallel: each process runs the bench's raw loop (native state calls)
-    for ``seconds``, alone and then all at once; the figure is the median of
-    ``repeats`` (items/s together over the overlap ÷ items/s alone).
-    """
-    import multiprocessing as mp
-
-    ctx = mp.get_context("fork" if "fork" in mp.get_all_start_methods() else "spawn")
-    ratios = []
-    with ctx.Pool(workers, initializer=_build_raw, initargs=(env_id, kw, b)) as pool:
-        pool.map(_timed_raw, [0.05] * workers, chunksize=1)
-        for _ in range(repeats):
-            a, z, n = pool.apply(_timed_raw, (seconds,))
-            runs = pool.map(_timed_raw, [seconds] * workers, chunksize=1)
-            wall = max(r[1] for r in runs) - min(r[0] for r in runs)
-            ratios.append(sum(r[2] for r in runs) / wall / (n / (z - a)))
-    return statistics.median(ratios)
 
 
 def fixed_cost(env: Any, state: Any, repeats: int) -> float:
@@ -134,10 +60,18 @@ def _placed(before: dict, after: dict) -> str:
     return f"{here:.0f}/{shared:.0f}"
 
 
+def _calls_lasting(run: Any, b: int, dt: int, seconds: float = 0.02) -> int:
+    """How many raw-loop calls over ``b`` items last about ``seconds`` (at least one)."""
+    run(b, dt)
+    t0 = time.perf_counter()
+    run(b, dt)
+    return max(1, round(seconds / max(time.perf_counter() - t0, 1e-6)))
+
+
 def bench_process(repeats: int, quick: bool, workers: int) -> list[str]:
-    """Per workload: the raw loop, inline, the process backend (default options) and the process
-    backend with every batch on the workers; items/s, ratios, and the CPU per item of the caller and
-    of the workers."""
+    """Per workload: the raw loop, the raw loop in ``workers`` processes at once, inline, the process
+    backend (default options) and the process backend with every batch on the workers; items/s, ratios,
+    the row's own ceiling, and the CPU per item of the caller and of the workers."""
     import plan_parallel as pp
 
     sizes = (8, 64) if quick else (8, 64, 512)
@@ -146,47 +80,55 @@ def bench_process(repeats: int, quick: bool, workers: int) -> list[str]:
         f"process backend (W={workers}), default options ('process') and every batch on the workers ('workers'), "
         f"against inline and the raw loop (unwrapped.step with the family's native state calls, no State objects)",
         f"items/s: medians of {repeats} alternating samples; cpu: microseconds per item, caller (c) and workers (w)",
+        f"ceiling: the raw loop in {workers} processes at once ÷ the raw loop, in the same samples (what {workers} "
+        "processes can gain here, now); eff: proc/inl ÷ ceiling; raw cpu xW: the CPU a raw item costs with every "
+        "process busy ÷ alone",
         f"parallel ceiling now: {workers} busy processes run {parallel_ceiling(workers):.2f}x one",
         f"{'workload':<15} {'B':>4} {'dt':>2} {'raw/s':>8} {'inline/s':>8} {'process/s':>9} {'workers/s':>9} "
-        f"{'inl/raw':>7} {'proc/raw':>8} {'proc/inl':>8} {'wrk/inl':>7}  {'proc c/w us':>12}  {'wrk c/w us':>12}"
-        "  process batches here/shared % (warm-up included)",
+        f"{'inl/raw':>7} {'proc/raw':>8} {'proc/inl':>8} {'wrk/inl':>7} {'ceiling':>7} {'eff':>5} {'raw cpu xW':>10}"
+        f"  {'proc c/w us':>12}  {'wrk c/w us':>12}  process batches here/shared % (warm-up included)",
     ]
     fixed = []
     for label, env_id, kw in CASES:
         ref = pp.make(env_id, backend="inline", **kw)
         proc = pp.make(env_id, backend="process", n_workers=workers, **kw)
         strict = pp.make(env_id, backend="process", n_workers=workers, small_batch_inline=False, **kw)
-        raw = None
+        raw = crew = None
         try:
             states, actions = make_workload(ref, max(sizes))
             raw, raw_run = raw_loop(env_id, kw, ref, states, actions, lambda e: e.unwrapped.step)
+            crew = RawCrew(env_id, kw, workers, max(sizes))
             for b in sizes:
                 for dt in dts:
                     st, ac = states[:b], actions[:b]
+                    calls = _calls_lasting(raw_run, b, dt)
                     before = dict(proc.stats)
                     t = measure(
-                        {"raw": lambda: raw_run(b, dt), "inline": lambda: ref.step_batch(ac, st, dt),
+                        {"raw": lambda: raw_run(b, dt), "crew": lambda: crew.run(b, dt, calls),
+                         "inline": lambda: ref.step_batch(ac, st, dt),
                          "process": lambda: proc.step_batch(ac, st, dt),
                          "workers": lambda: strict.step_batch(ac, st, dt)},
-                        repeats, pids={"process": lambda: proc.pids, "workers": lambda: strict.pids},
+                        repeats, pids={"process": lambda: proc.pids, "workers": lambda: strict.pids,
+                                       "crew": lambda: crew.pids},
                     )
-                    rate = {k: b / v.wall for k, v in t.items()}
+                    items = {"crew": workers * b * calls}
+                    rate = {k: items.get(k, b) / v.wall for k, v in t.items()}
                     cpu = {k: f"{v.caller_cpu / b * 1e6:.1f}/{v.worker_cpu / b * 1e6:.0f}" for k, v in t.items()}
+                    ceiling = rate["crew"] / rate["raw"]
+                    inflation = (t["crew"].worker_cpu / items["crew"]) / (t["raw"].caller_cpu / b)
                     lines.append(
                         f"{label:<15} {b:>4} {dt:>2} {rate['raw']:>8,.0f} {rate['inline']:>8,.0f} "
                         f"{rate['process']:>9,.0f} {rate['workers']:>9,.0f} {rate['inline'] / rate['raw']:>7.2f} "
                         f"{rate['process'] / rate['raw']:>8.2f} {rate['process'] / rate['inline']:>8.2f} "
-                        f"{rate['workers'] / rate['inline']:>7.2f}  {cpu['process']:>12}  {cpu['workers']:>12}"
-                        f"  {_placed(before, proc.stats)}"
+                        f"{rate['workers'] / rate['inline']:>7.2f} {ceiling:>7.2f} "
+                        f"{rate['process'] / rate['inline'] / ceiling:>5.2f} {inflation:>10.2f}"
+                        f"  {cpu['process']:>12}  {cpu['workers']:>12}  {_placed(before, proc.stats)}"
                     )
             fixed.append(f"{label}: {fixed_cost(strict, states[0], repeats) * 1e6:.0f} us")
-            ceiling = simulator_ceiling(env_id, kw, workers, min(sizes[-1], 64), 0.2 if quick else 0.5)
-            lines.append(f"{label:<15} its raw loop in {workers} processes at once: {ceiling:.2f}x one (this env's "
-                         f"own ceiling here, now)")
             ref_tps = _async_vector_reference(env_id, kw, workers, 200 if quick else 1000)
             lines.append(f"{label:<15} gymnasium AsyncVectorEnv ({workers} envs, dt=1): {ref_tps:,.0f} items/s")
         finally:
-            for e in (ref, proc, strict, raw):
+            for e in (ref, proc, strict, raw, crew):
                 if e is not None:
                     e.close()
     lines.append("round trip of a call with 2 tiny items, always on workers (median): " + "; ".join(fixed))

@@ -35,7 +35,8 @@ def bench_ray(repeats: int, quick: bool, workers: int, address: str | None = Non
     except ImportError:
         return ['ray suite skipped: Ray is not installed (pip install -e ".[ray]")']
     import plan_parallel as pp
-    from plan_parallel.bench_process import fixed_cost, parallel_ceiling
+    from plan_parallel.bench_ceiling import parallel_ceiling
+    from plan_parallel.bench_process import fixed_cost
     from plan_parallel.workers.ray_connect import connect
 
     sizes = (8, 64) if quick else (8, 512)

@@ -32,10 +32,20 @@ class Timing:
 
 
 def process_cpu_seconds(pids: Sequence[int | None]) -> float:
-    """User + system CPU seconds of the live processes ``pids`` (Linux /proc; 0 elsewhere or when gone)."""
+    """CPU seconds of the live processes ``pids`` (Linux /proc; 0 elsewhere or when gone).
+
+    Read from ``/proc/<pid>/schedstat`` (nanoseconds on the CPU) where the kernel
+    keeps it, else from ``/proc/<pid>/stat`` (user + system, in clock ticks).
+    """
     tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
     total = 0.0
     for pid in pids:
+        try:
+            with open(f"/proc/{pid}/schedstat") as f:
+                total += int(f.read().split()[0]) / 1e9
+            continue
+        except (OSError, IndexError, ValueError):
+            pass
         try:
             with open(f"/proc/{pid}/stat") as f:
                 fields = f.read().rsplit(")", 1)[1].split()

@@ -47,7 +47,7 @@ def bench_vector(repeats: int, quick: bool, workers: int,
     import gymnasium as gym
 
     import plan_parallel as pp
-    from plan_parallel.bench_process import parallel_ceiling
+    from plan_parallel.bench_ceiling import parallel_ceiling
     from plan_parallel.factory import EnvFactory
 
     lines = [

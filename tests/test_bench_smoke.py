@@ -38,7 +38,7 @@ def test_the_mcts_suite_prints_decisions_per_second_on_both_backends() -> None:
 
 def test_the_simulator_ceiling_runs_the_raw_loop_alone_and_in_parallel() -> None:
     """The per-env ceiling the process suite prints (format and plausibility, not speed)."""
-    from plan_parallel.bench_process import simulator_ceiling
+    from plan_parallel.bench_ceiling import simulator_ceiling
 
     ratio = simulator_ceiling("CartPole-v1", {}, 2, 8, seconds=0.05, repeats=1)
     assert 0.2 < ratio < 4.0, ratio

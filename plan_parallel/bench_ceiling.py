@@ -1,0 +1,138 @@
+"""What the machine allows, measured beside the figures: how much faster W processes run than one, right now.
+
+On a shared 2-core VM a second busy process does not get a second core's
+worth of work done: while one vCPU is busy, the other runs the same code
+1.1-1.9x slower (an ALE loop, measured alone and beside another), and that
+factor moves from minute to minute. A speed-up of the process backend over
+inline is bounded by the same factor, so the bench measures it with the
+figures it bounds:
+
+- :func:`parallel_ceiling`: a pure Python loop in W processes against one;
+- :func:`simulator_ceiling`: the env's own raw loop, the same way, once;
+- :class:`RawCrew`: W processes that each run the raw loop of a bench row, a
+  contestant timed in alternation with the others, so each row has its own
+  ceiling (the crew's items/s over the raw loop's) and the CPU an item costs
+  when every core is busy.
+"""
+from __future__ import annotations
+
+import multiprocessing as mp
+import statistics
+import time
+from typing import Any
+
+from plan_parallel.bench import make_workload, raw_loop
+
+__all__ = ["RawCrew", "parallel_ceiling", "simulator_ceiling"]
+
+
+def _context() -> Any:
+    return mp.get_context("fork" if "fork" in mp.get_all_start_methods() else "spawn")
+
+
+def _burn(n: int) -> float:
+    t0 = time.perf_counter()
+    x = 0
+    for i in range(n):
+        x += i
+    return time.perf_counter() - t0
+
+
+def parallel_ceiling(workers: int, n: int = 2_000_000, repeats: int = 3) -> float:
+    """How much faster ``workers`` CPU-bound processes finish than one, right now (2.0 on a quiet 2-core box).
+
+    Printed with the ratios: on a shared machine the ceiling moves, and a
+    ratio means little without it.
+    """
+    ratios = []
+    with _context().Pool(workers) as pool:
+        pool.map(_burn, [1000] * workers)
+        for _ in range(repeats):
+            alone = _burn(n)
+            t0 = time.perf_counter()
+            pool.map(_burn, [n] * workers)
+            both = time.perf_counter() - t0
+            ratios.append(workers * alone / both)
+    return statistics.median(ratios)
+
+
+_RAW: dict[str, Any] = {}  # in a pool process of this module: its raw loop
+
+
+def _build_raw(env_id: str, kw: dict, b: int) -> None:
+    import plan_parallel as pp
+
+    ref = pp.make(env_id, backend="inline", **kw)
+    states, actions = make_workload(ref, b)
+    _RAW["env"], _RAW["run"] = raw_loop(env_id, kw, ref, states, actions, lambda e: e.unwrapped.step)
+    _RAW["b"] = b
+
+
+def _timed_raw(seconds: float) -> tuple[float, float, int]:
+    """Run the raw loop over its B items for about ``seconds``: (start, end, items)."""
+    run, b = _RAW["run"], _RAW["b"]
+    t0 = time.perf_counter()
+    items = 0
+    while time.perf_counter() - t0 < seconds:
+        run(b, 1)
+        items += b
+    return t0, time.perf_counter(), items
+
+
+def _raw_calls(args: tuple[int, int, int]) -> int:
+    """Run the raw loop over its first ``b`` items, ``dt`` steps each, ``calls`` times: the items run."""
+    b, dt, calls = args
+    for _ in range(calls):
+        _RAW["run"](b, dt)
+    return b * calls
+
+
+def simulator_ceiling(env_id: str, kw: dict, workers: int, b: int, seconds: float = 0.5, repeats: int = 3) -> float:
+    """How much faster ``workers`` processes run the raw loop of this env than one, right now.
+
+    The ceiling of :func:`parallel_ceiling` is a Python loop's: an env whose
+    step is memory-bound (ALE) may gain much less from a second core of this
+    VM than a Python loop does. This measures the env itself, without
+    plan_parallel: each process runs the bench's raw loop (native state calls)
+    for ``seconds``, alone and then all at once; the figure is the median of
+    ``repeats`` (items/s together over the overlap ÷ items/s alone).
+    """
+    ratios = []
+    with _context().Pool(workers, initializer=_build_raw, initargs=(env_id, kw, b)) as pool:
+        pool.map(_timed_raw, [0.05] * workers, chunksize=1)
+        for _ in range(repeats):
+            a, z, n = pool.apply(_timed_raw, (seconds,))
+            runs = pool.map(_timed_raw, [seconds] * workers, chunksize=1)
+            wall = max(r[1] for r in runs) - min(r[0] for r in runs)
+            ratios.append(sum(r[2] for r in runs) / wall / (n / (z - a)))
+    return statistics.median(ratios)
+
+
+class RawCrew:
+    """``workers`` processes, each with the bench's raw loop over the same first ``b`` items of the workload.
+
+    :meth:`run` has them all run it at once, a contestant of
+    :func:`~plan_parallel.bench_timing.measure`: its items/s over the raw loop's
+    in the same samples is the ceiling of that row, and :attr:`pids` give the CPU
+    an item costs with every core busy.
+    """
+
+    def __init__(self, env_id: str, kw: dict, workers: int, b: int) -> None:
+        self.workers = workers
+        before = {p.pid for p in mp.active_children()}
+        self._pool = _context().Pool(workers, initializer=_build_raw, initargs=(env_id, kw, b))
+        self.pids = sorted(p.pid for p in mp.active_children() if p.pid is not None and p.pid not in before)
+
+    def run(self, b: int, dt: int, calls: int) -> int:
+        """Each process runs the raw loop over ``b`` items ``calls`` times, all at once: the items run in all."""
+        return sum(self._pool.map(_raw_calls, [(b, dt, calls)] * self.workers, chunksize=1))
+
+    def close(self) -> None:
+        self._pool.terminate()
+        self._pool.join()
+
+    def __enter__(self) -> RawCrew:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
