@@ -68,10 +68,11 @@ def _calls_lasting(run: Any, b: int, dt: int, seconds: float = 0.02) -> int:
     return max(1, round(seconds / max(time.perf_counter() - t0, 1e-6)))
 
 
-def bench_process(repeats: int, quick: bool, workers: int) -> list[str]:
+def bench_process(repeats: int, quick: bool, workers: int,
+                  cases: list[tuple[str, str, dict[str, Any]]] | None = None) -> list[str]:
     """Per workload: the raw loop, the raw loop in ``workers`` processes at once, inline, the process
     backend (default options) and the process backend with every batch on the workers; items/s, ratios,
-    the row's own ceiling, and the CPU per item of the caller and of the workers."""
+    the row's own ceiling, and the CPU per item of the caller and of the workers (``cases``: :data:`CASES`)."""
     import plan_parallel as pp
 
     sizes = (8, 64) if quick else (8, 64, 512)
@@ -89,7 +90,7 @@ def bench_process(repeats: int, quick: bool, workers: int) -> list[str]:
         f"  {'proc c/w us':>12}  {'wrk c/w us':>12}  process batches here/shared % (warm-up included)",
     ]
     fixed = []
-    for label, env_id, kw in CASES:
+    for label, env_id, kw in cases or CASES:
         ref = pp.make(env_id, backend="inline", **kw)
         proc = pp.make(env_id, backend="process", n_workers=workers, **kw)
         strict = pp.make(env_id, backend="process", n_workers=workers, small_batch_inline=False, **kw)

@@ -36,6 +36,36 @@ def test_the_mcts_suite_prints_decisions_per_second_on_both_backends() -> None:
     assert float(rows["process"].split()[2]) > 0
 
 
+@pytest.mark.timeout(300)
+def test_the_process_suite_prints_each_rows_own_ceiling_beside_its_ratios() -> None:
+    from plan_parallel.bench_process import bench_process
+
+    lines = bench_process(1, True, 2, [("CartPole-v1", "CartPole-v1", {})])
+    header = next(ln for ln in lines if ln.startswith("workload"))
+    assert header.split()[9:13] == ["proc/inl", "wrk/inl", "ceiling", "eff"], header
+    rows = [ln.split() for ln in lines if ln.startswith("CartPole-v1 ") and "AsyncVectorEnv" not in ln]
+    assert [(r[1], r[2]) for r in rows] == [("8", "1"), ("64", "1")], lines
+    for r in rows:
+        proc_inl, ceiling, eff = float(r[9]), float(r[11]), float(r[12])
+        assert 0.2 < ceiling < 4.0, r  # the crew ran: W processes, each as fast as one or a few times slower
+        assert eff == pytest.approx(proc_inl / ceiling, abs=0.02), r
+
+
+@pytest.mark.timeout(120)
+def test_the_raw_crew_runs_the_raw_loop_in_each_of_its_processes_at_once() -> None:
+    import os
+
+    from plan_parallel.bench_ceiling import RawCrew
+    from plan_parallel.bench_timing import process_cpu_seconds
+
+    with RawCrew("CartPole-v1", {}, 2, 8) as crew:
+        assert len(crew.pids) == 2 and os.getpid() not in crew.pids, crew.pids
+        before = [process_cpu_seconds([pid]) for pid in crew.pids]
+        assert crew.run(8, 2, 300) == 2 * 8 * 300
+        used = [process_cpu_seconds([pid]) - b for pid, b in zip(crew.pids, before)]
+        assert min(used) > 0.005, used  # each process ran its share (4,800 CartPole steps take ~50 ms)
+
+
 def test_the_simulator_ceiling_runs_the_raw_loop_alone_and_in_parallel() -> None:
     """The per-env ceiling the process suite prints (format and plausibility, not speed)."""
     from plan_parallel.bench_ceiling import simulator_ceiling
