@@ -8,7 +8,6 @@ inline is bounded by the same factor, so the bench measures it with the
 figures it bounds:
 
 - :func:`parallel_ceiling`: a pure Python loop in W processes against one;
-- :func:`simulator_ceiling`: the env's own raw loop, the same way, once;
 - :class:`RawCrew`: W processes that each run the raw loop of a bench row, a
   contestant timed in alternation with the others, so each row has its own
   ceiling (the crew's items/s over the raw loop's) and the CPU an item costs
@@ -23,7 +22,7 @@ from typing import Any
 
 from plan_parallel.bench import make_workload, raw_loop
 
-__all__ = ["RawCrew", "parallel_ceiling", "simulator_ceiling"]
+__all__ = ["RawCrew", "parallel_ceiling"]
 
 
 def _context() -> Any:
@@ -68,44 +67,12 @@ def _build_raw(env_id: str, kw: dict, b: int) -> None:
     _RAW["b"] = b
 
 
-def _timed_raw(seconds: float) -> tuple[float, float, int]:
-    """Run the raw loop over its B items for about ``seconds``: (start, end, items)."""
-    run, b = _RAW["run"], _RAW["b"]
-    t0 = time.perf_counter()
-    items = 0
-    while time.perf_counter() - t0 < seconds:
-        run(b, 1)
-        items += b
-    return t0, time.perf_counter(), items
-
-
 def _raw_calls(args: tuple[int, int, int]) -> int:
     """Run the raw loop over its first ``b`` items, ``dt`` steps each, ``calls`` times: the items run."""
     b, dt, calls = args
     for _ in range(calls):
         _RAW["run"](b, dt)
     return b * calls
-
-
-def simulator_ceiling(env_id: str, kw: dict, workers: int, b: int, seconds: float = 0.5, repeats: int = 3) -> float:
-    """How much faster ``workers`` processes run the raw loop of this env than one, right now.
-
-    The ceiling of :func:`parallel_ceiling` is a Python loop's: an env whose
-    step is memory-bound (ALE) may gain much less from a second core of this
-    VM than a Python loop does. This measures the env itself, without
-    plan_parallel: each process runs the bench's raw loop (native state calls)
-    for ``seconds``, alone and then all at once; the figure is the median of
-    ``repeats`` (items/s together over the overlap ÷ items/s alone).
-    """
-    ratios = []
-    with _context().Pool(workers, initializer=_build_raw, initargs=(env_id, kw, b)) as pool:
-        pool.map(_timed_raw, [0.05] * workers, chunksize=1)
-        for _ in range(repeats):
-            a, z, n = pool.apply(_timed_raw, (seconds,))
-            runs = pool.map(_timed_raw, [seconds] * workers, chunksize=1)
-            wall = max(r[1] for r in runs) - min(r[0] for r in runs)
-            ratios.append(sum(r[2] for r in runs) / wall / (n / (z - a)))
-    return statistics.median(ratios)
 
 
 class RawCrew:

@@ -64,11 +64,3 @@ def test_the_raw_crew_runs_the_raw_loop_in_each_of_its_processes_at_once() -> No
         assert crew.run(8, 2, 300) == 2 * 8 * 300
         used = [process_cpu_seconds([pid]) - b for pid, b in zip(crew.pids, before)]
         assert min(used) > 0.005, used  # each process ran its share (4,800 CartPole steps take ~50 ms)
-
-
-def test_the_simulator_ceiling_runs_the_raw_loop_alone_and_in_parallel() -> None:
-    """The per-env ceiling the process suite prints (format and plausibility, not speed)."""
-    from plan_parallel.bench_ceiling import simulator_ceiling
-
-    ratio = simulator_ceiling("CartPole-v1", {}, 2, 8, seconds=0.05, repeats=1)
-    assert 0.2 < ratio < 4.0, ratio
