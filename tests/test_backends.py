@@ -659,6 +659,19 @@ def test_other_start_methods(context: str) -> None:
         assert_step_equal(env.step(2, dt=2), oracle.step(2, dt=2))
 
 
+@pytest.mark.timeout(90)
+@pytest.mark.skipif(not hasattr(os, "sched_getscheduler"), reason="scheduling policies are Linux's")
+@pytest.mark.parametrize("context", ["forkserver", "fork", "spawn"])
+def test_workers_run_as_batch_processes_and_the_caller_keeps_its_policy(context: str) -> None:
+    """A worker woken by a call must not preempt the process that sent it (see the README, *Worker processes*)."""
+    mine = os.sched_getscheduler(0)
+    with pp.make(CounterEnv, n_workers=2, small_batch_inline=False, context=context) as env:
+        env.reset(seed=0)
+        for pid in env.pids:
+            assert pid is not None and os.sched_getscheduler(pid) == os.SCHED_BATCH, (pid, context)
+    assert os.sched_getscheduler(0) == mine
+
+
 @pytest.mark.timeout(120)
 def test_forkserver_preloads_the_worker_and_keeps_the_users_preloads() -> None:
     """Workers fork from a forkserver that imported plan_parallel's worker module once (a replaced worker
