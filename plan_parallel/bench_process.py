@@ -9,7 +9,7 @@ import numpy as np
 
 from plan_parallel.bench import make_workload, raw_loop
 from plan_parallel.bench_ceiling import RawCrew, parallel_ceiling
-from plan_parallel.bench_timing import measure
+from plan_parallel.bench_timing import calls_lasting, measure
 
 __all__ = ["CASES", "bench_process", "fixed_cost"]
 
@@ -60,14 +60,6 @@ def _placed(before: dict, after: dict) -> str:
     return f"{here:.0f}/{shared:.0f}"
 
 
-def _calls_lasting(run: Any, b: int, dt: int, seconds: float = 0.02) -> int:
-    """How many raw-loop calls over ``b`` items last about ``seconds`` (at least one)."""
-    run(b, dt)
-    t0 = time.perf_counter()
-    run(b, dt)
-    return max(1, round(seconds / max(time.perf_counter() - t0, 1e-6)))
-
-
 def bench_process(repeats: int, quick: bool, workers: int,
                   cases: list[tuple[str, str, dict[str, Any]]] | None = None) -> list[str]:
     """Per workload: the raw loop, the raw loop in ``workers`` processes at once, inline, the process
@@ -102,7 +94,7 @@ def bench_process(repeats: int, quick: bool, workers: int,
             for b in sizes:
                 for dt in dts:
                     st, ac = states[:b], actions[:b]
-                    calls = _calls_lasting(raw_run, b, dt)
+                    calls = calls_lasting(lambda: raw_run(b, dt))  # a crew call lasts a sample
                     before = dict(proc.stats)
                     t = measure(
                         {"raw": lambda: raw_run(b, dt), "crew": lambda: crew.run(b, dt, calls),

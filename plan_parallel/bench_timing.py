@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["WARMUP_CALLS", "Timing", "measure", "process_cpu_seconds"]
+__all__ = ["WARMUP_CALLS", "Timing", "calls_lasting", "measure", "process_cpu_seconds"]
 
 SAMPLE_SECONDS = 0.02  # a sample repeats its call until it lasts about this long
 WARMUP_CALLS = 12  # untimed calls of each function before the samples (3 per place the tuner measures, and 3)
@@ -55,11 +55,12 @@ def process_cpu_seconds(pids: Sequence[int | None]) -> float:
     return total
 
 
-def _calls_per_sample(fn: Callable[[], Any]) -> int:
+def calls_lasting(fn: Callable[[], Any], seconds: float = SAMPLE_SECONDS) -> int:
+    """How many calls of ``fn`` last about ``seconds`` (1 to 1000), from one call timed now."""
     t0 = time.perf_counter()
     fn()
     once = max(time.perf_counter() - t0, 1e-6)
-    return max(1, min(1000, round(SAMPLE_SECONDS / once)))
+    return max(1, min(1000, round(seconds / once)))
 
 
 def measure(fns: dict[str, Callable[[], Any]], repeats: int,
@@ -78,7 +79,7 @@ def measure(fns: dict[str, Callable[[], Any]], repeats: int,
     for f in fns.values():
         for _ in range(warmup):
             f()
-    per_sample = {k: _calls_per_sample(f) for k, f in fns.items()}  # also the warm-up
+    per_sample = {k: calls_lasting(f) for k, f in fns.items()}  # also the warm-up
     walls: dict[str, list[float]] = {k: [] for k in fns}
     cpus: dict[str, list[float]] = {k: [] for k in fns}
     worker_total = dict.fromkeys(fns, 0.0)

@@ -288,10 +288,10 @@ def _yield_to_the_caller_on_wakeup() -> None:
     encode and send the other workers' chunks: it stalled until the worker's
     chunk was done, with the other core idle (2-core VM, W=2: 20-30 % of sends
     took 0.5-3 ms; under ``SCHED_BATCH`` 0-3 %). The policy changes nothing
-    else a worker does (same nice value, same share of the CPU). A trade: a
-    woken worker now waits on the caller's core until the caller has sent the
-    other chunks (back-to-back Pong B=64 calls ~5 % slower; an async batch with
-    the caller busy meanwhile 4-43 % faster; MCTS ~1.5 %; README, *Worker processes*).
+    else a worker does (same nice value, same share of the CPU). A trade:
+    back-to-back Pong B=64 calls ~5 % slower (why is not known: encoding every
+    chunk before writing any did not help), an async batch with the caller busy
+    meanwhile 4-43 % faster, MCTS ~1.5 % (README, *Worker processes*).
     """
     setter = getattr(os, "sched_setscheduler", None)
     if setter is None:
