@@ -1,6 +1,8 @@
 """The Tuner is pure: where batches run and how they are chunked, from the figures it is told."""
 from __future__ import annotations
 
+import itertools
+
 import pytest
 
 from plan_parallel.batch import Tuner
@@ -65,6 +67,44 @@ def test_a_trial_is_two_batches_and_only_the_second_is_learned() -> None:
     t.learn(SIZE, trial, 0.6e-6)  # warm
     assert t.seconds_per_step(SIZE, trial) < 1e-6
     assert [t.place(SIZE) for _ in range(4)] == [trial] * 4, "the warm figure made it the fastest"
+
+
+def _settled_on_here() -> Tuner:
+    """A tuner past its first figures, placing batches here between trials."""
+    t = Tuner(2)
+    for place, seconds in (("workers", 6e-6), ("here", 1e-6), ("share", 2e-6)) * FIRST_SAMPLES:
+        assert t.place(SIZE) == place
+        t.learn(SIZE, place, seconds)
+    assert [t.place(SIZE) for _ in range(3)] == ["here"] * 3
+    return t
+
+
+def test_between_trials_a_figure_that_beats_the_settled_place_takes_the_next_batch() -> None:
+    """Batches between trials are placed without comparing the figures again; a figure learned that
+    changes their order ends that at once, whichever place it is of."""
+    t = _settled_on_here()
+    for _ in range(4):  # share measured faster (a batch of another thread, or a trial): now the fastest
+        t.learn(SIZE, "share", 0.1e-6)
+    assert t.place(SIZE) == "share"
+    t = _settled_on_here()
+    for _ in range(4):  # the settled place itself turns slower than share
+        t.learn(SIZE, "here", 5e-6)
+    assert t.place(SIZE) == "share"
+
+
+def test_between_trials_the_batches_placed_count_toward_the_next_trial() -> None:
+    """Trials fall due after as many batches as when every batch compared the figures: the batches
+    placed without comparing them count, also across the other places' trials."""
+    t = _settled_on_here()
+    ways = []
+    for _ in range(40 * EXPLORE_EVERY):
+        ways.append(t.place(SIZE))
+        t.learn(SIZE, ways[-1], {"workers": 6e-6, "here": 1e-6, "share": 2e-6}[ways[-1]])
+    share = [k for k, w in enumerate(ways) if w == "share"][::2]
+    assert share[0] == pytest.approx(2**2 * EXPLORE_EVERY - 3, abs=1), "share (2x slower) is tried first"
+    assert all(b - a == pytest.approx(2**2 * EXPLORE_EVERY, abs=4) for a, b in itertools.pairwise(share))
+    workers = ways.index("workers")
+    assert workers == pytest.approx(6**2 * EXPLORE_EVERY, abs=12), "workers (6x slower): every batch counted"
 
 
 def test_a_batch_that_cannot_be_shared_is_measured_and_placed_among_the_others() -> None:

@@ -281,11 +281,11 @@ class BatchEnv:
         if type(dt) is int and dt >= 1 and type(states) in (list, tuple) and states:
             # The batch's size class is known before its checks: when the tuner places it here,
             # the local env takes the call as the inline backend would (the same checks and errors).
-            steps = len(states) * dt
-            decided = self._placement.where(STEP_OP, steps, True)
+            n = len(states)
+            decided = self._placement.where(STEP_OP, n * dt, True)
             if decided[1] == "here":
                 return self._placement.run_here_timed(
-                    decided[0], steps, len(states), lambda local: local.step_batch(actions, states, dt, seeds=seeds))
+                    decided[0], n * dt, n, lambda local: local.step_batch(actions, states, dt, seeds=seeds))
         return self._wait(self._step_batch(actions, states, dt, seeds, True, decided, started))
 
     def step_batch_async(
