@@ -24,7 +24,7 @@ from plan_parallel.errors import (
 )
 from plan_parallel.factory import EnvFactory
 from plan_parallel.results import RolloutBatch, StepBatch
-from plan_parallel.state import State, get_state, set_state
+from plan_parallel.state import State, StateBatch, get_state, set_state
 
 __version__ = "0.1.0"
 
@@ -38,6 +38,7 @@ __all__ = [
     "RemoteTraceback",
     "RolloutBatch",
     "State",
+    "StateBatch",
     "StateError",
     "StepBatch",
     "WaitTimeoutError",

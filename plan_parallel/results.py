@@ -8,6 +8,7 @@ import numpy as np
 from gymnasium import spaces
 
 from plan_parallel.state import State
+from plan_parallel.state.state_batch import StateBatch
 
 __all__ = ["RolloutBatch", "StepBatch", "share_observations", "stack_observations", "step_batch_of"]
 
@@ -16,7 +17,8 @@ class StepBatch(NamedTuple):
     """The result of ``step_batch``, in input order.
 
     Attributes:
-        states: the state after each item (a sequence of N :class:`State`).
+        states: the state after each item: a :class:`~plan_parallel.state.state_batch.StateBatch`, a
+            sequence of N :class:`State` made when first read.
         observations: stacked observations, shape ``(N, *obs_shape)`` (a dict or
             tuple of such arrays for Dict/Tuple observation spaces). For array
             spaces it is read-only and its rows are the states' own observations
@@ -111,7 +113,7 @@ def step_batch_of(space: spaces.Space, lists: tuple) -> StepBatch:
     infos)`` (see :func:`plan_parallel.loops.run_items`), its observations the states' own rows."""
     out_states, obs, rewards, terms, truncs, infos = lists
     return StepBatch(
-        out_states,
+        StateBatch.of(out_states),
         share_observations(space, out_states, stack_observations(space, obs)),
         np.array(rewards, dtype=np.float64),
         np.array(terms, dtype=bool),

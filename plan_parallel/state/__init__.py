@@ -15,6 +15,7 @@ from plan_parallel.state.core import Adapter, State, adapter_class_for, bind, re
 from plan_parallel.state.fallbacks import GenericPickleAdapter, UserMethodsAdapter
 from plan_parallel.state.families import AleAdapter, ClassicControlAdapter, MujocoAdapter, ToyTextAdapter
 from plan_parallel.state.replay import ActionLog, ActionReplayAdapter
+from plan_parallel.state.state_batch import StateBatch
 from plan_parallel.state.wrappers import STATELESS_WRAPPERS, register_wrapper
 
 __all__ = [
@@ -27,6 +28,7 @@ __all__ = [
     "GenericPickleAdapter",
     "MujocoAdapter",
     "State",
+    "StateBatch",
     "ToyTextAdapter",
     "UserMethodsAdapter",
     "adapter_class_for",

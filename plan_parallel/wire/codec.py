@@ -21,7 +21,8 @@ from gymnasium import spaces
 from plan_parallel.loops import RolloutParts, to_rollout_batch
 from plan_parallel.results import RolloutBatch, StepBatch, share_observations, stack_observations
 from plan_parallel.state import State
-from plan_parallel.wire.columns import listed_rows, pack_states, unpack_infos, unpack_outcomes, unpack_states
+from plan_parallel.state.state_batch import StateBatch
+from plan_parallel.wire.columns import listed_rows, pack_states, state_maker, unpack_infos, unpack_outcomes, unpack_states
 from plan_parallel.wire.messages import ChunkReply, ChunkRequest, Op, RolloutSpec
 from plan_parallel.wire.slabs import ALIGN, ArrayWriter, Slab, rows_fit
 
@@ -232,7 +233,7 @@ class StepGather:
     def __init__(self, n: int, observation_space: spaces.Space) -> None:
         self.n = n
         self.space = observation_space
-        self.states: list = [None] * n
+        self.states: dict[int, tuple[int, Any]] = {}  # lo -> (hi, the chunk's states, or state_maker's make)
         self.rewards = np.empty(n, dtype=np.float64)
         self.terms = np.empty(n, dtype=bool)
         self.truncs = np.empty(n, dtype=bool)
@@ -293,7 +294,7 @@ class StepGather:
                 self._put_obs(lo, hi, cols.get("obs"), listed)
         elif self.obs_list is not None:  # written into self.lent, but an earlier chunk's did not fit it
             self.obs_list[lo:hi] = list(self.lent[lo:hi])  # type: ignore[index]
-        self.states[lo:hi] = unpack_states(reply.states, cols, "", m)
+        self.states[lo] = (hi, state_maker(reply.states, cols, ""))
         infos = unpack_infos(reply.infos, m)
         for info, k in zip(infos, n_steps.tolist()):
             info["n_steps"] = k
@@ -307,28 +308,37 @@ class StepGather:
         self.truncs[lo:hi] = truncs
         self.steps[lo:hi] = [info["n_steps"] for info in infos]
         self._put_obs(lo, hi, None, obs)
-        self.states[lo:hi] = states
+        self.states[lo] = (hi, states)
         self.infos[lo:hi] = infos
         self.ranges.append((lo, hi))
         return int(self.steps[lo:hi].sum())
 
     def result(self) -> StepBatch:
-        """The :class:`StepBatch`; the states' observations are read-only rows of its ``observations``."""
-        states = self.states
+        """The :class:`StepBatch`; the states' observations are read-only rows of its ``observations``.
+
+        Its states are a :class:`StateBatch`: those of chunks that ran on the workers are made when first read.
+        """
+        parts = [(lo, hi, src) for lo, (hi, src) in sorted(self.states.items())]
+        assert [lo for lo, _, _ in parts] == [0] + [hi for _, hi, _ in parts[:-1]] and (not parts or parts[-1][1] == self.n)
         if self.obs_arr is not None:
             observations = self.obs_arr
             observations.flags.writeable = False
-            for s, o in zip(states, observations):
-                s.obs = o
+            for lo, hi, src in parts:
+                if not callable(src):  # a chunk that ran here: its states are made
+                    for s, o in zip(src, observations[lo:hi]):
+                        s.obs = o
+            states = StateBatch(self.n, parts, observations)
             want = getattr(self.space, "dtype", None)
             if want is not None and observations.dtype != want and observations.shape[1:] == self.space.shape:
                 # An env whose obs dtype differs from its space: the states keep the env's, the batch the space's.
                 observations = observations.astype(want)
         else:
+            made = list(StateBatch(self.n, parts))
             obs_list = self.obs_list or []
-            for s, o in zip(states, obs_list):
+            for s, o in zip(made, obs_list):
                 s.obs = o
-            observations = share_observations(self.space, states, stack_observations(self.space, obs_list))
+            observations = share_observations(self.space, made, stack_observations(self.space, obs_list))
+            states = StateBatch.of(made)
         return StepBatch(states, observations, self.rewards, self.terms, self.truncs, self.infos)
 
 

@@ -6,7 +6,7 @@ copying them per item.
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -14,10 +14,10 @@ import numpy as np
 from plan_parallel.state import State
 from plan_parallel.state.sim_blobs import sim_blobs
 from plan_parallel.wire.messages import ChunkReply
-from plan_parallel.wire.slabs import ArrayWriter, blobs, rows_fit
+from plan_parallel.wire.slabs import BLOB_BYTES, ArrayWriter, blobs, rows_fit
 
 __all__ = ["OUTCOMES", "listed_rows", "pack_infos", "pack_outcomes", "pack_states", "shared_equal", "stack_rows",
-           "unpack_infos", "unpack_outcomes", "unpack_states"]
+           "state_maker", "unpack_infos", "unpack_outcomes", "unpack_states"]
 
 
 def pack_states(states: Sequence[State], w: ArrayWriter, prefix: str, with_obs: bool) -> dict[str, Any]:
@@ -117,6 +117,46 @@ def _unpack_unique(rest: dict[str, Any], cols: dict[str, np.ndarray], prefix: st
         from_blob = State.from_blob
         return [from_blob(kind, raw[i], extra[i], rng[i], wrappers[i], obs[i]) for i in range(n)]
     return [State(kind, sims[i], extra[i], rng[i], wrappers[i], obs[i]) for i in range(n)]  # type: ignore[index]
+
+
+def state_maker(rest: dict[str, Any], cols: dict[str, np.ndarray], prefix: str) -> Callable[[int], State]:
+    """``make(k)``: the k-th state of :func:`pack_states` output, made when called (without its observation).
+
+    What it needs is kept out of the slab now (the slab is reused): the bytes
+    column of serialized simulator values as one bytes object, sliced per state
+    when made; array columns are copies already (:func:`read_columns`). The states
+    equal those of :func:`unpack_states`; a state packed once for several items is
+    one object for each of them.
+    """
+    kind, extra, rng, wrappers = rest["kind"], rest["extra"], rest["rng"], rest["wrappers"]
+    index = rest.get("index")
+    sims = rest.get("sim")
+    raw: Any = rest.get("sim_blobs")
+    ends: list[int] | None = None
+    if sims is None and raw is None:
+        at = cols.get(prefix + "sim:ends")
+        if at is None:
+            sims = cols[prefix + "sim"]
+        else:
+            ends = [0, *at.tolist()]
+            raw = cols[prefix + "sim" + BLOB_BYTES].tobytes()
+    made: dict[int, State] = {}
+
+    def make(k: int) -> State:
+        u = k if index is None else index[k]
+        state = made.get(u)
+        if state is None:
+            if ends is not None:
+                state = State.from_blob(kind, raw[ends[u]:ends[u + 1]], extra[u], rng[u], wrappers[u])
+            elif raw is not None:
+                state = State.from_blob(kind, raw[u], extra[u], rng[u], wrappers[u])
+            else:
+                state = State(kind, sims[u], extra[u], rng[u], wrappers[u])  # type: ignore[index]
+            if index is not None:
+                made[u] = state
+        return state
+
+    return make
 
 
 def pack_infos(infos: list[dict]) -> Any:
