@@ -13,24 +13,8 @@ import numpy as np
 
 from plan_parallel.errors import ClosedError, StateError
 from plan_parallel.factory import EnvFactory
-from plan_parallel.inputs import (
-    check_action,
-    check_actions,
-    check_dt,
-    check_rollout,
-    check_seed,
-    check_seeds,
-    check_states,
-)
-from plan_parallel.loops import (
-    Policy,
-    RolloutParts,
-    UniformPolicy,
-    run_items,
-    run_rollouts,
-    run_spread,
-    to_rollout_batch,
-)
+from plan_parallel.inputs import check_action, check_actions, check_dt, check_rollout, check_seed, check_seeds, check_states
+from plan_parallel.loops import Policy, RolloutParts, UniformPolicy, run_items, run_rollouts, run_spread, to_rollout_batch
 from plan_parallel.results import RolloutBatch, StepBatch, step_batch_of
 from plan_parallel.state import Adapter, State, bind
 from plan_parallel.state.state_value import validate_each
@@ -188,21 +172,30 @@ class PlanEnv:
         self.stats["batches"] += 1
         return out
 
-    def _run(self, states: Sequence[State], actions: Any, dt: int | np.ndarray, seeds: np.ndarray | None = None) -> tuple:
-        return self._timed(len(states), run_items, states, actions, dt, seeds)
+    def _run(self, states: Sequence[State], actions: Any, dt: Any, seeds: Any = None, rows: Any = None) -> tuple:
+        return self._timed(len(states), run_items, states, actions, dt, seeds, rows=rows)
 
-    def run_raw(
-        self, states: Sequence[State] | None, actions: Any, dt: int | np.ndarray, seeds: np.ndarray | None = None
-    ) -> tuple:
+    def observation_form(self) -> tuple[np.dtype, tuple[int, ...]] | None:
+        """The dtype and shape of the observations made in place in rows given to :meth:`run_raw` (ALE's
+        screens, :meth:`Adapter.observation_rows`: the observation space's), or None: this env makes none."""
+        return self._adapter.observation_rows()
+
+    def run_raw(self, states: Sequence[State] | None, actions: Any, dt: int | np.ndarray, seeds: np.ndarray | None = None,
+                obs_rows: np.ndarray | None = None) -> tuple:
         """Run already-checked items (``states=None``: from the current state); plain lists back.
 
-        The work of a worker: inputs were checked by the caller before sending.
-        See :func:`~plan_parallel.loops.run_items`.
+        The work of a worker: inputs were checked by the caller before sending. See
+        :func:`~plan_parallel.loops.run_items`. ``obs_rows``: rows of a slab the caller
+        lent (:meth:`observation_form`), where the observations are made and stay: the
+        env then forgets which state it holds (the next item is restored).
         """
         self._check_open()
         if states is None:
             states = [self._current()] * len(actions)
-        return self._run(states, actions, dt, seeds)
+        out = self._run(states, actions, dt, seeds, obs_rows)
+        if obs_rows is not None:
+            self._held = None
+        return out
 
     def step_batch(
         self, actions: Any, states: Sequence[State] | None = None, dt: Any = 1, *, seeds: Any = None
@@ -267,7 +260,9 @@ class PlanEnv:
         return self._batch(actions, states, dt, seeds)
 
     def _batch(self, actions: Any, states: Sequence[State], dt: int | np.ndarray, seeds: np.ndarray | None) -> StepBatch:
-        return step_batch_of(self.observation_space, self._run(states, actions, dt, seeds))
+        form = self.observation_form()
+        rows = None if form is None or not states else np.empty((len(states), *form[1]), dtype=form[0])
+        return step_batch_of(self.observation_space, self._run(states, actions, dt, seeds, rows), rows)
 
     @staticmethod
     def run_each(envs: Sequence[PlanEnv], actions: Any, states: Sequence[State]) -> tuple:
@@ -366,7 +361,7 @@ class PlanEnv:
                 and its policy RNG is an independent stream of the same seed. Without
                 seeds, the env keeps the state's own RNG and the policy RNG is derived
                 from the start state and the item's index in this batch (see
-                :func:`~plan_parallel.loops.item_rng`): reproducible, identical on
+                :func:`~plan_parallel.item_rng.item_rng`): reproducible, identical on
                 every backend, and different for copies of one state.
             return_all: also return every intermediate state and observation.
 

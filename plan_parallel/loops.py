@@ -15,20 +15,17 @@ every worker split gives the same result.
 """
 from __future__ import annotations
 
-import collections
-import hashlib
-import pickle
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
 from gymnasium import spaces
 
+from plan_parallel.item_rng import item_rng
 from plan_parallel.results import RolloutBatch, stack_observations
-from plan_parallel.state import ActionLog, Adapter, State
-from plan_parallel.state.values import Pickled
+from plan_parallel.state import Adapter, State
 
-__all__ = ["RolloutParts", "UniformPolicy", "item_rng", "run_items", "run_rollouts", "run_spread", "to_rollout_batch"]
+__all__ = ["RolloutParts", "UniformPolicy", "run_items", "run_rollouts", "run_spread", "to_rollout_batch"]
 
 Policy = Callable[[Any, np.random.Generator], Any]
 
@@ -56,6 +53,21 @@ def _act(adapter: Adapter, step: Callable[[Any], tuple], action: Any, k: int) ->
     return obs, total, term, trunc, info, taken
 
 
+def _act_into(adapter: Adapter, action: Any, k: int, row: np.ndarray) -> tuple[Any, float, bool, bool, dict, int]:
+    """:func:`_act` with every step quiet and the observation then written into ``row`` (see
+    :meth:`Adapter.observation_rows`): the same rewards, flags, info and observation, made in place."""
+    quiet = adapter.quiet_step
+    assert quiet is not None, "an adapter writes observation rows only with a quiet step"
+    _, r, term, trunc, _ = quiet(action)
+    total = float(r)
+    taken = 1
+    while taken < k and not (term or trunc):
+        _, r, term, trunc, _ = quiet(action)
+        total += float(r)
+        taken += 1
+    return row, total, term, trunc, adapter.observe_into(row), taken
+
+
 def _item_lists(n: int) -> tuple[list, list, list, list, list, list]:
     """The six per-item lists a step loop fills: states, observations, rewards, terminations, truncations, infos."""
     return [None] * n, [None] * n, [0.0] * n, [False] * n, [False] * n, [None] * n
@@ -69,6 +81,7 @@ def run_items(
     dt: int | np.ndarray,
     seeds: np.ndarray | None = None,
     held: State | None = None,
+    rows: np.ndarray | None = None,
 ) -> tuple[list, list, list, list, list, list]:
     """Run N (state, action, dt) items on one env: the work of ``step_batch``.
 
@@ -84,6 +97,9 @@ def run_items(
     not restored (capture is complete, so restoring it would set the values the
     env already has). After each item the env holds that item's end state, so a
     later item starting from the first held state is restored.
+
+    ``rows``: N rows of the adapter's :meth:`~Adapter.observation_rows`, into which each item's
+    observation is made (its state's ``obs`` is its row).
     """
     restore, capture = adapter.restore, adapter.capture
     n = len(states)
@@ -96,7 +112,9 @@ def run_items(
             if seeds is not None:
                 adapter.reseed(int(seeds[i]))
             k = dt if isinstance(dt, int) else int(dt[i])
-            if k == 1:  # the common case, without _act's call and loop (this is the hot path)
+            if rows is not None:
+                obs, rewards[i], term, trunc, info, taken = _act_into(adapter, actions[i], k, rows[i])
+            elif k == 1:  # the common case, without _act's call and loop (this is the hot path)
                 obs, r, term, trunc, info = step(actions[i])
                 rewards[i] = float(r)
                 taken = 1
@@ -352,81 +370,3 @@ class UniformPolicy:
 
     def __repr__(self) -> str:
         return f"UniformPolicy({self.space})"
-
-
-def item_rng(seed: int | None, state: State, index: int) -> np.random.Generator:
-    """The RNG a policy draws with for one item; the same on every backend and worker split.
-
-    Args:
-        seed: the item's seed, or None.
-        state: the item's start state.
-        index: the item's index in the caller's batch.
-
-    Returns:
-        With a seed, a generator on the first child of ``SeedSequence(seed)``: a
-        stream independent of the env's (reseeded to ``PCG64(seed)``), and
-        depending on nothing but the seed. Without, a generator on
-        ``SeedSequence(digest of the state, spawn_key=(index,))``: reproducible
-        for the same batch, and different for different start states and for
-        copies of one state at different indices.
-    """
-    if seed is not None:
-        ss = np.random.SeedSequence(seed, spawn_key=(0,))
-    else:
-        ss = np.random.SeedSequence(_state_entropy(state), spawn_key=(index,))
-    return np.random.Generator(np.random.PCG64(ss))
-
-
-def _state_entropy(state: State) -> int:
-    """A 128-bit digest of a state's value (kind, sim, extra, RNG, wrappers; not the observation).
-
-    Computed from the values, not from object identity, so a state that
-    travelled to a worker (arrays through shared memory, the rest pickled)
-    digests as the original does.
-    """
-    h = hashlib.blake2b(digest_size=16)
-    for v in (state.kind, state.sim, state.extra, state.rng, state.wrappers):
-        _feed(h, v)
-    return int.from_bytes(h.digest(), "little")
-
-
-def _feed(h: Any, v: Any) -> None:
-    """Hash ``v`` into ``h`` canonically: equal plain values (and equal arrays) hash alike."""
-    t = type(v)
-    if v is None or t in (bool, int, str):
-        h.update(f"{t.__name__}:{v!r};".encode())
-    elif t is float:
-        h.update(f"f:{v.hex()};".encode())
-    elif isinstance(v, np.ndarray):
-        if v.dtype.hasobject:
-            h.update(f"O{v.shape}(".encode())
-            for x in v.ravel():
-                _feed(h, x)
-            h.update(b")")
-        else:
-            h.update(f"a{v.dtype.str}{v.shape}:".encode())
-            h.update(np.ascontiguousarray(v).data)
-    elif isinstance(v, np.generic):
-        h.update(f"g{v.dtype.str}:".encode())
-        h.update(v.tobytes())
-    elif isinstance(v, (tuple, list, collections.deque)):
-        h.update(f"{t.__name__}{len(v)}(".encode())
-        for x in v:
-            _feed(h, x)
-        h.update(b")")
-    elif isinstance(v, dict):
-        h.update(f"d{len(v)}(".encode())
-        for k in sorted(v, key=repr):
-            _feed(h, k)
-            _feed(h, v[k])
-        h.update(b")")
-    elif isinstance(v, (bytes, bytearray)):
-        h.update(b"b%d:" % len(v))
-        h.update(v)
-    elif isinstance(v, Pickled):
-        _feed(h, v.data)
-    elif isinstance(v, ActionLog):
-        _feed(h, v.to_list())
-    else:  # simulator objects (ale_py.ALEState, enums): their pickle is their value
-        h.update(b"p:")
-        h.update(pickle.dumps(v, protocol=4))

@@ -108,13 +108,16 @@ def stack_observations(space: spaces.Space, obs: list) -> Any:
     return concatenate(space, obs, out)
 
 
-def step_batch_of(space: spaces.Space, lists: tuple) -> StepBatch:
+def step_batch_of(space: spaces.Space, lists: tuple, rows: np.ndarray | None = None) -> StepBatch:
     """The StepBatch of a loop's plain lists ``(states, observations, rewards, terminations, truncations,
-    infos)`` (see :func:`plan_parallel.loops.run_items`), its observations the states' own rows."""
+    infos)`` (see :func:`plan_parallel.loops.run_items`), its observations the states' own rows: ``rows``
+    when the loop made them there, else stacked."""
     out_states, obs, rewards, terms, truncs, infos = lists
+    if rows is not None:
+        rows.flags.writeable = False
     return StepBatch(
         StateBatch.of(out_states),
-        share_observations(space, out_states, stack_observations(space, obs)),
+        share_observations(space, out_states, stack_observations(space, obs)) if rows is None else rows,
         np.array(rewards, dtype=np.float64),
         np.array(terms, dtype=bool),
         np.array(truncs, dtype=bool),

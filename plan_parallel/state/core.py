@@ -135,6 +135,15 @@ class Adapter:
         """The unwrapped env's observation and info now (after :attr:`quiet_step` ended an episode)."""
         raise NotImplementedError(f"{type(self).__name__} has no quiet step")
 
+    def observation_rows(self) -> tuple[np.dtype, tuple[int, ...]] | None:
+        """Hook: the dtype and shape of the observation :meth:`observe_into` writes into a row of the
+        caller's array (an item's observation made there, not copied there), or None (the default)."""
+        return None
+
+    def observe_into(self, row: np.ndarray) -> dict:
+        """Hook: write the unwrapped env's observation now into ``row`` (see :meth:`observation_rows`); its info."""
+        raise NotImplementedError(f"{type(self).__name__} writes no observation rows")
+
     # --- the protocol ------------------------------------------------------------------
     def _read_rng(self) -> dict | None:
         gen = getattr(self.u, "_np_random", None)

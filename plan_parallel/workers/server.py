@@ -8,6 +8,7 @@ and writes the results back.
 """
 from __future__ import annotations
 
+import math
 import os
 import pickle
 import time
@@ -117,11 +118,26 @@ class Server:
                 return pack_states(states, w, "", with_obs=False), None, True
         return (*self._write_items(w, "", states, obs), False)
 
+    def _lent_rows(self, req: ChunkRequest) -> np.ndarray | None:
+        """The chunk's rows of the batch's lent slab, when the env makes its observations in place there
+        (:meth:`PlanEnv.observation_form`): then nothing is copied into them after."""
+        if req.obs_out is None:
+            return None
+        name, size, offset, dtype, shape = req.obs_out
+        form = self.env.observation_form()
+        if form is None or form != (np.dtype(dtype), tuple(shape)) or offset + form[0].itemsize * math.prod(shape) * req.n > size:
+            return None
+        return self._slab(name, size).array(offset, form[0], (req.n, *form[1]))  # type: ignore[union-attr]
+
     def step_batch(self, req: ChunkRequest) -> ChunkReply:
         slab, _, states, actions, dt, seeds = self._read(req)
-        out_states, obs, rewards, terms, truncs, infos = self.env.run_raw(states, actions, dt, seeds)
+        rows = self._lent_rows(req)
+        out_states, obs, rewards, terms, truncs, infos = self.env.run_raw(states, actions, dt, seeds, rows)
         w = ArrayWriter(slab, req.out_offset)
-        packed, listed, written = self._write_final(w, req, out_states, obs)
+        if rows is not None:
+            packed, listed, written = pack_states(out_states, w, "", with_obs=False), None, True
+        else:
+            packed, listed, written = self._write_final(w, req, out_states, obs)
         outcomes = pack_outcomes(
             w, rewards=np.array(rewards, dtype=np.float64), terminations=np.array(terms, dtype=bool),
             truncations=np.array(truncs, dtype=bool),

@@ -1,0 +1,42 @@
+"""ALE observations made in their batch rows: each item's equals the one a single step makes, on every backend."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import plan_parallel as pp
+
+N = 10
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("backend", ["inline", "process"])
+@pytest.mark.parametrize(("obs_type", "dt"), [("rgb", 1), ("rgb", 3), ("grayscale", 2), ("ram", 1)])
+def test_a_batch_made_in_rows_equals_its_items_stepped_one_at_a_time(backend: str, obs_type: str, dt: int) -> None:
+    kw = {"n_workers": 2, "small_batch_inline": False} if backend == "process" else {}
+    with pp.make("ALE/Pong-v5", backend="inline", obs_type=obs_type) as one, pp.make(
+        "ALE/Pong-v5", backend=backend, obs_type=obs_type, **kw
+    ) as env:
+        state, _, _ = one.reset(seed=5)
+        states = [state]
+        for k in range(N - 1):
+            states.append(one.step(k % 6, states[-1], dt=4)[0])
+        actions = (np.arange(N) * 5) % 6
+        batch = env.step_batch(actions, states, dt)
+        assert not batch.observations.flags.writeable
+        for i in range(N):
+            s, obs, reward, term, trunc, info = one.step(int(actions[i]), states[i], dt=dt)
+            assert s == batch.states[i] and reward == batch.rewards[i] and info == batch.infos[i]
+            assert (term, trunc) == (batch.terminations[i], batch.truncations[i])
+            assert obs.dtype == batch.observations.dtype and np.array_equal(obs, batch.observations[i])
+            assert np.array_equal(batch.states[i].obs, obs)
+
+
+@pytest.mark.timeout(60)
+def test_only_envs_whose_observation_is_a_read_of_the_emulator_make_it_in_place() -> None:
+    with pp.make("ALE/Pong-v5", backend="inline") as pong:
+        assert pong.observation_form() == (np.dtype(np.uint8), (210, 160, 3))
+    with pp.make("ALE/Pong-v5", backend="inline", repeat_action_probability=0.0) as plain:
+        assert plain.observation_form() is None, "ALE's own step makes the observation: no quiet step"
+    with pp.make("CartPole-v1", backend="inline") as cartpole:
+        assert cartpole.observation_form() is None
