@@ -72,7 +72,8 @@ def bench_process(repeats: int, quick: bool, workers: int,
     lines = [
         f"process backend (W={workers}), default options ('process') and every batch on the workers ('workers'), "
         f"against inline and the raw loop (unwrapped.step with the family's native state calls, no State objects)",
-        f"items/s: medians of {repeats} alternating samples; cpu: microseconds per item, caller (c) and workers (w)",
+        f"items/s: medians of {repeats} alternating samples; ratios: medians of the ratios of the samples taken in "
+        "the same turn; cpu: microseconds per item, caller (c) and workers (w)",
         f"ceiling: the raw loop in {workers} processes at once ÷ the raw loop, in the same samples (what {workers} "
         "processes can gain here, now); eff: proc/inl ÷ ceiling; raw cpu xW: the CPU a raw item costs with every "
         "process busy ÷ alone",
@@ -107,14 +108,15 @@ def bench_process(repeats: int, quick: bool, workers: int,
                     items = {"crew": workers * b * calls}
                     rate = {k: items.get(k, b) / v.wall for k, v in t.items()}
                     cpu = {k: f"{v.caller_cpu / b * 1e6:.1f}/{v.worker_cpu / b * 1e6:.0f}" for k, v in t.items()}
-                    ceiling = rate["crew"] / rate["raw"]
+                    ceiling = t["crew"].speedup(t["raw"]) * workers * calls  # a crew call runs W * calls raw loops
                     inflation = (t["crew"].worker_cpu / items["crew"]) / (t["raw"].caller_cpu / b)
+                    proc_inl = t["process"].speedup(t["inline"])
                     lines.append(
                         f"{label:<15} {b:>4} {dt:>2} {rate['raw']:>8,.0f} {rate['inline']:>8,.0f} "
-                        f"{rate['process']:>9,.0f} {rate['workers']:>9,.0f} {rate['inline'] / rate['raw']:>7.2f} "
-                        f"{rate['process'] / rate['raw']:>8.2f} {rate['process'] / rate['inline']:>8.2f} "
-                        f"{rate['workers'] / rate['inline']:>7.2f} {ceiling:>7.2f} "
-                        f"{rate['process'] / rate['inline'] / ceiling:>5.2f} {inflation:>10.2f}"
+                        f"{rate['process']:>9,.0f} {rate['workers']:>9,.0f} {t['inline'].speedup(t['raw']):>7.2f} "
+                        f"{t['process'].speedup(t['raw']):>8.2f} {proc_inl:>8.2f} "
+                        f"{t['workers'].speedup(t['inline']):>7.2f} {ceiling:>7.2f} "
+                        f"{proc_inl / ceiling:>5.2f} {inflation:>10.2f}"
                         f"  {cpu['process']:>12}  {cpu['workers']:>12}  {_placed(before, proc.stats)}"
                     )
             fixed.append(f"{label}: {fixed_cost(strict, states[0], repeats) * 1e6:.0f} us")

@@ -24,11 +24,18 @@ WARMUP_CALLS = 12  # untimed calls of each function before the samples (3 per pl
 
 @dataclass(frozen=True)
 class Timing:
-    """Medians per call of one function, measured in alternation with others."""
+    """Medians per call of one function, measured in alternation with others; and each sample's wall."""
 
     wall: float  # seconds per call
     caller_cpu: float  # CPU seconds this process spent per call
     worker_cpu: float  # CPU seconds the workers spent per call (0 for in-process work)
+    walls: tuple[float, ...] = ()  # seconds per call of each sample, in the order they ran
+
+    def speedup(self, base: Timing) -> float:
+        """How many times faster a call of this function ran than one of ``base``: the median over the
+        samples of the ratio of the two samples taken in the same turn (seconds apart), so that the
+        machine's slower and faster minutes cancel out of each ratio."""
+        return statistics.median(b / a for a, b in zip(self.walls, base.walls))
 
 
 def process_cpu_seconds(pids: Sequence[int | None]) -> float:
@@ -96,6 +103,6 @@ def measure(fns: dict[str, Callable[[], Any]], repeats: int,
                 worker_total[k] += max(0.0, process_cpu_seconds(pids[k]()) - w0)
     return {
         k: Timing(statistics.median(walls[k]), statistics.median(cpus[k]),
-                  worker_total[k] / (repeats * per_sample[k]))
+                  worker_total[k] / (repeats * per_sample[k]), tuple(walls[k]))
         for k in fns
     }

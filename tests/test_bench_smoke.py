@@ -64,3 +64,13 @@ def test_the_raw_crew_runs_the_raw_loop_in_each_of_its_processes_at_once() -> No
         assert crew.run(8, 2, 300) == 2 * 8 * 300
         used = [process_cpu_seconds([pid]) - b for pid, b in zip(crew.pids, before)]
         assert min(used) > 0.005, used  # each process ran its share (4,800 CartPole steps take ~50 ms)
+
+
+def test_a_speedup_is_the_median_of_the_ratios_of_samples_taken_in_the_same_turn() -> None:
+    """A slower minute slows both samples of a turn: each turn's ratio stays. Here it began during the third
+    turn, between its two samples: the turns' ratios give 2x, the two medians would give 8x."""
+    from plan_parallel.bench_timing import Timing
+
+    fast = Timing(0.0, 0.0, 0.0, (1.0, 1.0, 1.0, 4.0, 4.0))
+    slow = Timing(0.0, 0.0, 0.0, (2.0, 2.0, 8.0, 8.0, 8.0))
+    assert fast.speedup(slow) == 2.0 and slow.speedup(fast) == 0.5
