@@ -20,6 +20,10 @@ __all__ = ["WARMUP_CALLS", "Timing", "calls_lasting", "measure", "process_cpu_se
 
 SAMPLE_SECONDS = 0.02  # a sample repeats its call until it lasts about this long
 WARMUP_CALLS = 12  # untimed calls of each function before the samples (3 per place the tuner measures, and 3)
+# ... and for at least this long: a process env's tuner has then placed 20-40 batches of 10-20 ms (Pong B=64),
+# past its first measurements (in 20 calls, all it had before, its three places' figures still moved by
+# +-30 % a batch and it chose among them at random).
+WARMUP_SECONDS = 0.4
 
 
 @dataclass(frozen=True)
@@ -79,13 +83,16 @@ def measure(fns: dict[str, Callable[[], Any]], repeats: int,
         repeats: samples per function; the functions take turns.
         pids: name -> the worker pids whose CPU that function's calls use
             (their total over every sample, per call: /proc counts in ticks).
-        warmup: untimed calls of each function first (a parallel env's tuner
-            measures where its batches run fastest during its first calls).
+        warmup: untimed calls of each function first, and for :data:`WARMUP_SECONDS` at least
+            (a parallel env's tuner measures where its batches run fastest during its first calls); 0: none.
     """
     pids = pids or {}
     for f in fns.values():
-        for _ in range(warmup):
+        end = time.perf_counter() + (WARMUP_SECONDS if warmup else 0.0)
+        done = 0
+        while done < warmup or time.perf_counter() < end:
             f()
+            done += 1
     per_sample = {k: calls_lasting(f) for k, f in fns.items()}  # also the warm-up
     walls: dict[str, list[float]] = {k: [] for k in fns}
     cpus: dict[str, list[float]] = {k: [] for k in fns}
