@@ -23,7 +23,7 @@ from gymnasium import spaces
 
 from plan_parallel.item_rng import item_rng
 from plan_parallel.results import RolloutBatch, stack_observations
-from plan_parallel.state import Adapter, State
+from plan_parallel.state import Adapter, State, StateBatch
 
 __all__ = ["RolloutParts", "UniformPolicy", "run_items", "run_rollouts", "run_spread", "to_rollout_batch"]
 
@@ -292,7 +292,7 @@ def to_rollout_batch(observation_space: spaces.Space, parts: RolloutParts, obser
         flat = [o for row in parts.all_observations for o in row]
         all_obs = _split_leading(stack_observations(observation_space, flat), n, horizon)
     return RolloutBatch(
-        parts.states,
+        StateBatch.of(parts.states),
         stack_observations(observation_space, parts.observations) if observations is None else observations,
         parts.rewards,
         np.array(parts.terminations, dtype=bool),

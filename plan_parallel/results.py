@@ -44,7 +44,8 @@ class RolloutBatch(NamedTuple):
     item does); an item stops at the first step that terminates or truncates.
 
     Attributes:
-        states: the state after each item's last step (a sequence of N :class:`State`).
+        states: the state after each item's last step (a
+            :class:`~plan_parallel.state.state_batch.StateBatch` of N :class:`State`, made already).
         observations: the observation after each item's last step, stacked as in
             :class:`StepBatch`, shape ``(N, *obs_shape)``.
         rewards: float64 ``(N, T)``: ``rewards[i, t]`` is the sum over step t's

@@ -74,3 +74,15 @@ def test_threads_reading_one_batch_at_once_get_equal_states() -> None:
     for t in threads:
         t.join(timeout=30)
     assert not errors and all(row == list(want.states) for row in seen)
+
+
+@pytest.mark.timeout(120)
+def test_a_rollout_batch_gives_its_final_states_as_a_state_batch_too() -> None:
+    with pp.make("CartPole-v1", backend="inline") as inline, pp.make(
+        "CartPole-v1", backend="process", n_workers=2, small_batch_inline=False
+    ) as proc:
+        start, _, _ = inline.reset(seed=1)
+        actions = np.zeros((6, 4), dtype=np.int64)
+        want, got = inline.rollout_batch([start] * 6, actions), proc.rollout_batch([start] * 6, actions)
+        assert isinstance(want.states, StateBatch) and isinstance(got.states, StateBatch)
+        assert got.states == want.states and len(got.states) == 6
