@@ -17,7 +17,7 @@ from plan_parallel.planners import RandomShooting, run_episode
 
 ROOT = Path(__file__).resolve().parent.parent
 # hooks the parallel backends call on a PlanEnv (run_raw in a worker, validate_all for a batch run here)
-BACKEND_HOOKS = {"rollout_raw", "run_each", "run_raw", "validate_all"}
+BACKEND_HOOKS = {"observation_form", "rollout_raw", "run_each", "run_raw", "validate_all"}
 # what only a pool of workers has
 PARALLEL_ONLY = {"context", "max_restarts", "pids", "rollout_batch_async", "small_batch_inline", "step_batch_async",
                  "step_batch_checked_async", "timeout"}
