@@ -113,7 +113,7 @@ class PlanEnv:
         Raises:
             StateError: ``states[k]: ...`` (unless ``index_errors`` is False), with ``_pp_item``.
         """
-        validate_each(states, self._adapter.validate, first_index, index_errors)
+        validate_each(states, self._adapter.validate, first_index, index_errors, self._adapter.checker)
 
     # -------------------------------------------------------------------- API
     def reset(self, seed: int | None = None, options: dict | None = None) -> tuple[State, Any, dict]:
@@ -230,7 +230,7 @@ class PlanEnv:
         else:
             n = len(states) if hasattr(states, "__len__") else -1
             actions = check_actions(self.action_space, actions, n if n >= 0 else None)
-            states = check_states(states, self._adapter.kind, len(actions), self._adapter.validate)
+            states = check_states(states, self._adapter.kind, len(actions), self._adapter.validate, self._adapter.checker)
         dt = check_dt(dt, n)
         seeds = check_seeds(seeds, n, self._adapter.reseedable)
         return self._batch(actions, states, dt, seeds)

@@ -324,7 +324,7 @@ def check_action(space: spaces.Space, action: Any) -> Any:
     return action
 
 
-def check_states(states: Any, kind: str, n: int | None, validate: Any) -> Sequence[State]:
+def check_states(states: Any, kind: str, n: int | None, validate: Any, checker: Any = None) -> Sequence[State]:
     """Validate a batch of N states for an env of ``kind``.
 
     Args:
@@ -332,6 +332,7 @@ def check_states(states: Any, kind: str, n: int | None, validate: Any) -> Sequen
         kind: the env's state kind.
         n: the number of actions, or None when ``states`` fixes N.
         validate: the env adapter's ``validate`` (full check, used on a mismatch).
+        checker: the adapter's token, with ``validate`` (see :func:`~plan_parallel.state.state_value.validate_each`).
 
     Raises:
         TypeError: ``states`` is not a sequence.
@@ -355,7 +356,7 @@ def check_states(states: Any, kind: str, n: int | None, validate: Any) -> Sequen
                 break
         else:
             return states
-    validate_each(states, validate if validate is not None else (lambda s: check_kind(s, kind)))
+    validate_each(states, validate if validate is not None else (lambda s: check_kind(s, kind)), checker=checker)
     return states
 
 

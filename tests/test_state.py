@@ -651,3 +651,17 @@ def test_adapter_override_in_make(make_inline):
     assert ref.terminations.tolist() == [False, False, True]
     other = make_inline(CounterEnv, adapter=GenericPickleAdapter, horizon=4)
     assert_batches_equal(other.step_batch([2, 1, 0], states=roundtrip([state] * 3), dt=[1, 2, 5]), ref)
+
+
+@pytest.mark.timeout(60)
+def test_a_state_given_a_new_sim_is_checked_again_though_its_env_made_it() -> None:
+    """A state an env captured (or checked once) is not checked again when it comes back; one whose
+    simulator value was replaced is, and a malformed one fails before anything runs."""
+    with pp.make("CartPole-v1", backend="inline") as env:
+        start, _, _ = env.reset(seed=0)
+        batch = env.step_batch(np.array([0, 1]), [start, start])
+        again = env.step_batch(np.array([1]), [batch.states[0]])
+        assert again.states[0] == env.step(1, batch.states[0])[0]
+        batch.states[1].sim = np.zeros(3)
+        with pytest.raises(pp.StateError, match=r"states\[0\]: malformed classic state"):
+            env.step_batch(np.array([0]), [batch.states[1]])

@@ -9,6 +9,7 @@ restore that env's state. One adapter class exists per env family
 """
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable
 from typing import Any, ClassVar
 
@@ -76,6 +77,9 @@ class Adapter:
         # A step that skips the observation and info, for the steps of a dt whose observation no one
         # reads (see make_quiet_step); set by bind().
         self.quiet_step: Callable[[Any], tuple] | None = None
+        # What the states this adapter captured or validated carry, so that they are not validated again
+        # (see validate_each): a weak reference, which no later adapter can be, nor keeps this one alive.
+        self.checker = weakref.ref(self)
 
     # --- to implement per family ---------------------------------------------------
     @classmethod
@@ -164,7 +168,7 @@ class Adapter:
         if rng is None or self._draws:
             rng = self._read_rng()
             self._rng_known = rng
-        return State(self.kind, sim, extra, rng, self.wrappers.get(), obs)
+        return State.captured(self.kind, sim, extra, rng, self.wrappers.get(), obs, self.checker)
 
     def compile(self) -> None:
         """Install a faster :meth:`capture` for this instance (called once by :func:`bind`).
@@ -175,14 +179,14 @@ class Adapter:
         """
         if self._draws or type(self).capture is not Adapter.capture:
             return
-        get_sim, wget, kind, general = self.get_sim, self.wrappers.get, self.kind, self.capture
+        get_sim, wget, kind, general, checker = self.get_sim, self.wrappers.get, self.kind, self.capture, self.checker
 
         def capture(prev: State | None = None, obs: Any = None) -> State:
             rng = self._rng_known
             if rng is None:
                 return general(prev, obs)
             sim, extra = get_sim()
-            return State(kind, sim, extra, rng, wget(), obs)
+            return State.captured(kind, sim, extra, rng, wget(), obs, checker)
 
         self.capture = capture  # type: ignore[method-assign]
 
