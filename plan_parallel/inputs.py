@@ -356,7 +356,10 @@ def check_states(states: Any, kind: str, n: int | None, validate: Any, checker: 
                 break
         else:
             return states
-    validate_each(states, validate if validate is not None else (lambda s: check_kind(s, kind)), checker=checker)
+    if validate is None:  # the kind alone: not the check a checker token stands for
+        validate_each(states, lambda s: check_kind(s, kind))
+    else:
+        validate_each(states, validate, checker=checker)
     return states
 
 
