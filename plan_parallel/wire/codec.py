@@ -233,7 +233,7 @@ class StepGather:
     def __init__(self, n: int, observation_space: spaces.Space) -> None:
         self.n = n
         self.space = observation_space
-        self.states: dict[int, tuple[int, Any]] = {}  # lo -> (hi, the chunk's states, or state_maker's make)
+        self.state_parts: dict[int, tuple[int, Any]] = {}  # lo -> (hi, the chunk's states, or state_maker's make)
         self.rewards = np.empty(n, dtype=np.float64)
         self.terms = np.empty(n, dtype=bool)
         self.truncs = np.empty(n, dtype=bool)
@@ -294,7 +294,7 @@ class StepGather:
                 self._put_obs(lo, hi, cols.get("obs"), listed)
         elif self.obs_list is not None:  # written into self.lent, but an earlier chunk's did not fit it
             self.obs_list[lo:hi] = list(self.lent[lo:hi])  # type: ignore[index]
-        self.states[lo] = (hi, state_maker(reply.states, cols, ""))
+        self.state_parts[lo] = (hi, state_maker(reply.states, cols, ""))
         infos = unpack_infos(reply.infos, m)
         for info, k in zip(infos, n_steps.tolist()):
             info["n_steps"] = k
@@ -308,7 +308,7 @@ class StepGather:
         self.truncs[lo:hi] = truncs
         self.steps[lo:hi] = [info["n_steps"] for info in infos]
         self._put_obs(lo, hi, None, obs)
-        self.states[lo] = (hi, states)
+        self.state_parts[lo] = (hi, states)
         self.infos[lo:hi] = infos
         self.ranges.append((lo, hi))
         return int(self.steps[lo:hi].sum())
@@ -318,7 +318,7 @@ class StepGather:
 
         Its states are a :class:`StateBatch`: those of chunks that ran on the workers are made when first read.
         """
-        parts = [(lo, hi, src) for lo, (hi, src) in sorted(self.states.items())]
+        parts = [(lo, hi, src) for lo, (hi, src) in sorted(self.state_parts.items())]
         assert [lo for lo, _, _ in parts] == [0] + [hi for _, hi, _ in parts[:-1]] and (not parts or parts[-1][1] == self.n)
         if self.obs_arr is not None:
             observations = self.obs_arr
