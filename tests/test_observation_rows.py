@@ -40,3 +40,30 @@ def test_only_envs_whose_observation_is_a_read_of_the_emulator_make_it_in_place(
         assert plain.observation_form() is None, "ALE's own step makes the observation: no quiet step"
     with pp.make("CartPole-v1", backend="inline") as cartpole:
         assert cartpole.observation_form() is None
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("backend", ["inline", "process"])
+def test_a_rollout_whose_steps_no_one_observes_equals_its_steps_taken_one_at_a_time(backend: str) -> None:
+    """ALE rollouts with given (or uniform) actions make no observation before their last step: each item
+    still equals the same actions stepped one at a time, the final observation and info included."""
+    kw = {"n_workers": 2, "small_batch_inline": False} if backend == "process" else {}
+    horizon, dt = 6, 2
+    with pp.make("ALE/Pong-v5", backend="inline") as one, pp.make("ALE/Pong-v5", backend=backend, **kw) as env:
+        state, _, _ = one.reset(seed=9)
+        states = [state]
+        for k in range(3):
+            states.append(one.step(k + 1, states[-1], dt=4)[0])
+        actions = (np.arange(len(states) * horizon).reshape(len(states), horizon) * 5) % 6
+        batch = env.rollout_batch(states, actions, dt=dt)
+        for i, start in enumerate(states):
+            s, rewards, steps = start, [], 0
+            for t in range(horizon):
+                s, obs, reward, term, trunc, info = one.step(int(actions[i, t]), s, dt=dt)
+                rewards.append(reward)
+                steps += info["n_steps"]
+                if term or trunc:
+                    break
+            assert s == batch.states[i] and np.array_equal(obs, batch.observations[i])
+            assert list(batch.rewards[i][: len(rewards)]) == rewards and batch.n_steps[i] == steps
+            assert {k: v for k, v in info.items() if k != "n_steps"} == batch.infos[i]
