@@ -31,7 +31,7 @@ from plan_parallel.errors import ClosedError, StateError
 from plan_parallel.inputs import check_action, check_dt, check_kind, check_seed
 from plan_parallel.loops import UniformPolicy
 from plan_parallel.results import RolloutBatch, StepBatch, stack_observations
-from plan_parallel.state import State
+from plan_parallel.state import State, StateBatch
 from plan_parallel.wire.codec import Job
 from plan_parallel.wire.messages import Op
 from plan_parallel.workers.backends import select_backend
@@ -278,7 +278,7 @@ class BatchEnv:
         self._check_open()
         started = time.perf_counter()
         decided = None
-        if type(dt) is int and dt >= 1 and type(states) in (list, tuple) and states:
+        if type(dt) is int and dt >= 1 and type(states) in (list, tuple, StateBatch) and states:
             # The batch's size class is known before its checks: when the tuner places it here,
             # the local env takes the call as the inline backend would (the same checks and errors).
             n = len(states)
