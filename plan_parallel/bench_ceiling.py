@@ -64,7 +64,6 @@ def _build_raw(env_id: str, kw: dict, b: int) -> None:
     ref = pp.make(env_id, backend="inline", **kw)
     states, actions = make_workload(ref, b)
     _RAW["env"], _RAW["run"] = raw_loop(env_id, kw, ref, states, actions, lambda e: e.unwrapped.step)
-    _RAW["b"] = b
 
 
 def _raw_calls(args: tuple[int, int, int]) -> int:

@@ -282,10 +282,11 @@ class BatchEnv:
             # The batch's size class is known before its checks: when the tuner places it here,
             # the local env takes the call as the inline backend would (the same checks and errors).
             n = len(states)
-            decided = self._placement.where(STEP_OP, n * dt, True)
+            steps = n * dt
+            decided = self._placement.where(STEP_OP, steps, True)
             if decided[1] == "here":
                 return self._placement.run_here_timed(
-                    decided[0], n * dt, n, lambda local: local.step_batch(actions, states, dt, seeds=seeds))
+                    decided[0], steps, n, lambda local: local.step_batch(actions, states, dt, seeds=seeds))
         return self._wait(self._step_batch(actions, states, dt, seeds, True, decided, started))
 
     def step_batch_async(

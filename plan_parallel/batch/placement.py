@@ -135,14 +135,13 @@ class Placement:
         """
         checks = 0.0 if started is None else time.perf_counter() - started
         with self.lock:  # threads take turns on the one local env
-            local = self._local if self._local is not None else self.local()  # built outside the timing: its cost is not a step's
+            local = self.local()  # built outside the timing: its cost is not a step's
             t0 = time.perf_counter()
             value = run(local)
             self.tuner.learn(size_class, "here", (time.perf_counter() - t0 + checks) / max(1, steps))
-        stats = self.stats
-        stats["inline_batches"] += 1
-        stats["batches"] += 1  # batches that ran, as the inline backend counts them: not one refused
-        stats["items"] += n
+        self.stats["inline_batches"] += 1
+        self.stats["batches"] += 1  # batches that ran, as the inline backend counts them: not one refused
+        self.stats["items"] += n
         return value
 
     @staticmethod

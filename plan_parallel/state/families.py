@@ -247,6 +247,9 @@ class AleAdapter(Adapter):
             if p > 0.0:
                 _take_over_stickiness(u)
         self._sticky = u._pp_sticky_p > 0.0
+        # How AtariEnv._get_obs reads the observation, as a call that writes it into a given array.
+        read = _ALE_READ_INTO.get(getattr(u, "_obs_type", ""))
+        self._read_into = None if read is None or getattr(u, "sound_obs", False) else getattr(self._ale, read)
         self._with_rng = getattr(u, "_game", None) in ALE_GAMES_RESET_FROM_RNG  # ALE's own probability is 0 here
         self._draws = self.wrappers.draws_rng or self._sticky or isinstance(getattr(u, "_frameskip", 1), tuple)
 
@@ -265,15 +268,14 @@ class AleAdapter(Adapter):
         return self.u._get_obs(), self.u._get_info()
 
     def observation_rows(self) -> tuple[np.dtype, tuple[int, ...]] | None:
-        # ALE writes a screen or its RAM into a given array as fast as into a new one: an item's
-        # observation is then made in its row of the batch (Pong RGB: a 100 KB copy less an item).
-        if self.quiet_step is None or self.u.sound_obs or self.u._obs_type not in _ALE_READ_INTO:
+        # ALE writes a screen or its RAM into a given array as fast as into a new one: a 100 KB copy less a Pong item.
+        if self.quiet_step is None or self._read_into is None:
             return None
         space = self.u.observation_space
         return np.dtype(space.dtype), tuple(space.shape)
 
     def observe_into(self, row: np.ndarray) -> dict:
-        getattr(self._ale, _ALE_READ_INTO[self.u._obs_type])(row)
+        self._read_into(row)  # type: ignore[misc]  # observation_rows made sure of it
         return self.u._get_info()
 
     def get_sim(self) -> tuple[Any, Any]:

@@ -57,6 +57,7 @@ class State:
         self.kind = kind
         self._sim = sim
         self._blob: bytes | None = None
+        self._checked: Any = None  # the checker token of the adapter that made or checked it (validate_each)
         self.extra = extra
         self.rng = rng
         self.wrappers = wrappers
@@ -81,7 +82,7 @@ class State:
         travels (from a worker, back to a worker, pickled) is never decoded.
         """
         s = cls.__new__(cls)
-        s.kind, s._sim, s._blob = kind, _UNDECODED, blob
+        s.kind, s._sim, s._blob, s._checked = kind, _UNDECODED, blob, None
         s.extra, s.rng, s.wrappers, s.obs = extra, rng, wrappers, obs
         return s
 
@@ -194,7 +195,7 @@ def validate_each(states: Sequence[State], check: Any, first_index: int = 0, ind
     """
     last: object = object()  # no item is this
     for i, s in enumerate(states):
-        if s is last or (checker is not None and type(s) is State and getattr(s, "_checked", None) is checker):
+        if s is last or (checker is not None and type(s) is State and s._checked is checker):
             last = s
             continue
         try:

@@ -14,7 +14,7 @@ import numpy as np
 from plan_parallel.state import State
 from plan_parallel.state.sim_blobs import sim_blobs
 from plan_parallel.wire.messages import ChunkReply
-from plan_parallel.wire.slabs import BLOB_BYTES, ArrayWriter, blobs, rows_fit
+from plan_parallel.wire.slabs import BLOB_BYTES, ArrayWriter, rows_fit
 
 __all__ = ["OUTCOMES", "listed_rows", "pack_infos", "pack_outcomes", "pack_states", "shared_equal", "stack_rows",
            "state_maker", "unpack_infos", "unpack_outcomes", "unpack_states"]
@@ -90,33 +90,13 @@ def unpack_states(rest: dict[str, Any], cols: dict[str, np.ndarray], prefix: str
     first use (:meth:`State.from_blob`).
     A state packed once for several items is one object listed for each of them.
     """
+    make = _packed_state(rest, cols, prefix, keep=False)
     index = rest.get("index")
-    if index is not None:
-        unique = _unpack_unique(rest, cols, prefix, len(rest["extra"]))
-        return [unique[k] for k in index]
-    return _unpack_unique(rest, cols, prefix, n)
-
-
-def _unpack_unique(rest: dict[str, Any], cols: dict[str, np.ndarray], prefix: str, n: int) -> list[State]:
-    kind = rest["kind"]
-    sims = rest.get("sim")
-    raw = rest.get("sim_blobs")
-    if sims is None and raw is None:
-        raw = blobs(cols, prefix + "sim")
-        if raw is None:
-            sims = cols[prefix + "sim"]
-    if isinstance(sims, np.ndarray):
-        sims = list(sims)  # rows of one array (a slab column copied out, or stack_rows in the message)
     obs = rest.get("obs")
     if obs is None:
-        obs = list(cols[prefix + "obs"]) if prefix + "obs" in cols else [None] * n
-    elif isinstance(obs, np.ndarray):
-        obs = list(obs)
-    extra, rng, wrappers = rest["extra"], rest["rng"], rest["wrappers"]
-    if raw is not None:
-        from_blob = State.from_blob
-        return [from_blob(kind, raw[i], extra[i], rng[i], wrappers[i], obs[i]) for i in range(n)]
-    return [State(kind, sims[i], extra[i], rng[i], wrappers[i], obs[i]) for i in range(n)]  # type: ignore[index]
+        obs = cols.get(prefix + "obs")
+    unique = [make(u, None if obs is None else obs[u]) for u in range(n if index is None else len(rest["extra"]))]
+    return unique if index is None else [unique[k] for k in index]
 
 
 def state_maker(rest: dict[str, Any], cols: dict[str, np.ndarray], prefix: str) -> Callable[[int], State]:
@@ -128,35 +108,45 @@ def state_maker(rest: dict[str, Any], cols: dict[str, np.ndarray], prefix: str) 
     equal those of :func:`unpack_states`; a state packed once for several items is
     one object for each of them.
     """
-    kind, extra, rng, wrappers = rest["kind"], rest["extra"], rest["rng"], rest["wrappers"]
+    make = _packed_state(rest, cols, prefix, keep=True)
     index = rest.get("index")
-    sims = rest.get("sim")
-    raw: Any = rest.get("sim_blobs")
-    ends: list[int] | None = None
-    if sims is None and raw is None:
-        at = cols.get(prefix + "sim:ends")
-        if at is None:
-            sims = cols[prefix + "sim"]
-        else:
-            ends = [0, *at.tolist()]
-            raw = cols[prefix + "sim" + BLOB_BYTES].tobytes()
+    if index is None:
+        return lambda k: make(k, None)
     made: dict[int, State] = {}
 
-    def make(k: int) -> State:
-        u = k if index is None else index[k]
+    def shared(k: int) -> State:
+        u = index[k]
         state = made.get(u)
         if state is None:
-            if ends is not None:
-                state = State.from_blob(kind, raw[ends[u]:ends[u + 1]], extra[u], rng[u], wrappers[u])
-            elif raw is not None:
-                state = State.from_blob(kind, raw[u], extra[u], rng[u], wrappers[u])
-            else:
-                state = State(kind, sims[u], extra[u], rng[u], wrappers[u])  # type: ignore[index]
-            if index is not None:
-                made[u] = state
+            state = made[u] = make(u, None)
         return state
 
-    return make
+    return shared
+
+
+def _packed_state(rest: dict[str, Any], cols: dict[str, np.ndarray], prefix: str,
+                  keep: bool) -> Callable[[int, Any], State]:
+    """``make(u, obs)``: a new object of the u-th state :func:`pack_states` packed (once each), with ``obs``.
+
+    ``keep``: copy the slab's bytes column out now, for states made after the slab is reused;
+    otherwise each state's bytes are copied out of it when made.
+    """
+    kind, extra, rng, wrappers = rest["kind"], rest["extra"], rest["rng"], rest["wrappers"]
+    sims = rest.get("sim")
+    raw: Any = rest.get("sim_blobs")
+    if sims is None and raw is None:
+        ends = cols.get(prefix + "sim:ends")
+        if ends is None:
+            sims = cols[prefix + "sim"]  # rows of one array (a slab column copied out)
+        else:
+            column = cols[prefix + "sim" + BLOB_BYTES]
+            data = column.tobytes() if keep else column.data  # sliced as bytes, or as a memoryview of the slab
+            bounds = [0, *ends.tolist()]
+            return lambda u, obs: State.from_blob(kind, bytes(data[bounds[u]:bounds[u + 1]]), extra[u], rng[u],
+                                                  wrappers[u], obs)
+    if raw is not None:
+        return lambda u, obs: State.from_blob(kind, raw[u], extra[u], rng[u], wrappers[u], obs)
+    return lambda u, obs: State(kind, sims[u], extra[u], rng[u], wrappers[u], obs)  # type: ignore[index]
 
 
 def pack_infos(infos: list[dict]) -> Any:

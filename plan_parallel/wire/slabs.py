@@ -31,7 +31,7 @@ import numpy as np
 from plan_parallel.interrupts import ctrl_c_deferred
 
 __all__ = [
-    "ALIGN", "BLOB_BYTES", "PROTOCOL", "ArrayWriter", "Slab", "SlabPool", "blobs", "read_columns", "rows_fit", "write_rows",
+    "ALIGN", "BLOB_BYTES", "PROTOCOL", "ArrayWriter", "Slab", "SlabPool", "read_columns", "rows_fit", "write_rows",
 ]
 
 PROTOCOL = pickle.HIGHEST_PROTOCOL
@@ -155,7 +155,7 @@ class ArrayWriter:
     def put_blobs(self, name: str, rows: Sequence[Any]) -> bool:
         """Write ``rows`` (bytes objects of any lengths) as two columns: ``name:ends`` and ``name:bytes``.
 
-        False if a row is not bytes or the slab has no room. :func:`blobs` reads them back.
+        False if a row is not bytes or the slab has no room.
         """
         slab = self.slab
         if slab is None or not rows or not all(type(r) is bytes for r in rows):
@@ -214,16 +214,6 @@ def write_rows(slab: Slab, offset: int, dtype: np.dtype, shape: tuple[int, ...],
     return True
 
 
-def blobs(cols: dict[str, np.ndarray], name: str) -> list[bytes] | None:
-    """The bytes rows :meth:`ArrayWriter.put_blobs` wrote as ``name`` (copies), or None if it did not."""
-    ends = cols.get(name + ":ends")
-    if ends is None:
-        return None
-    data = cols[name + BLOB_BYTES].data  # sliced as a memoryview: cheaper than ndarray slices
-    bounds = ends.tolist()
-    return [data[a:b].tobytes() for a, b in zip([0, *bounds[:-1]], bounds)]
-
-
 def read_columns(
     slab: Slab | None, layout: dict[str, tuple[int, str, tuple[int, ...]]], views: tuple[str, ...] = ()
 ) -> dict[str, np.ndarray]:
@@ -231,7 +221,7 @@ def read_columns(
 
     Columns named in ``views`` are returned as views of the slab instead, for a
     caller that copies them where they belong before it releases the slab; so
-    are blob columns (:func:`blobs` copies their rows out).
+    are blob columns (their rows are copied out when read).
     """
     out = {}
     for name, (off, dtype, shape) in layout.items():
