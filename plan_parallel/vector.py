@@ -122,7 +122,7 @@ class PlanVectorEnv(VectorCore):
     def _start(self, actions: Any, ids: np.ndarray, wait: bool = False) -> tuple[Any, np.ndarray, dict]:
         """Submit the step of sub-envs ``ids`` with their checked ``actions``; NEXT_STEP resets run meanwhile
         (after it, with ``wait``)."""
-        flags = self._autoreset[ids]
+        flags = self._autoreset if ids is self._all else self._autoreset[ids]
         if self.autoreset_mode != AutoresetMode.NEXT_STEP or not flags.any():
             run, resets, sub_actions = ids, ids[:0], actions
         else:
@@ -203,15 +203,17 @@ class PlanVectorEnv(VectorCore):
                                "(call step_wait again, or reset to drop it)")
         batch = step.fut.result(0)
         self._pending = None
-        results = self._results(step, batch)
+        return self._finish(step, batch)
+
+    def _finish(self, step: Step, batch: Any) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict]:
+        """The result of a finished step (no longer pending), committed: :meth:`step_wait`'s return."""
         n = self.num_envs
-        if len(step.ids) == n:
-            rewards, terms, truncs = batch.rewards, batch.terminations, batch.truncations  # the batch is ours
-        else:  # NEXT_STEP resets: reward 0, not ended
-            rewards = np.zeros(n, dtype=np.float64)
-            terms = np.zeros(n, dtype=np.bool_)
-            truncs = np.zeros(n, dtype=np.bool_)
-            rewards[step.ids], terms[step.ids], truncs[step.ids] = batch.rewards, batch.terminations, batch.truncations
+        if self.autoreset_mode != AutoresetMode.SAME_STEP or not (
+                batch.terminations.any() or batch.truncations.any()):
+            return self._step_result(step, batch)
+        # SAME_STEP, some sub-env ended: it resets now (every sub-env stepped: no reset came first)
+        results = self._results(step, batch)
+        rewards, terms, truncs = batch.rewards, batch.terminations, batch.truncations  # the batch is ours
         infos: dict = {}
         for i in range(n):
             for info in results[i][1]:
@@ -220,6 +222,39 @@ class PlanVectorEnv(VectorCore):
         with ctrl_c_deferred():  # every sub-env commits, or none does
             for i in range(n):
                 self._commit(i, results[i][0], results[i][2])
+            self._autoreset = terms | truncs
+        return self._batched_obs(step, batch), rewards, terms, truncs, infos
+
+    def _step_result(self, step: Step, batch: Any) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict]:
+        """:meth:`step_wait`'s result when no sub-env ended in SAME_STEP mode (none resets after its step),
+        committed: the general path's result without its per-sub-env records."""
+        n = self.num_envs
+        reset = step.resets
+        if not reset:
+            states: list = list(batch.states)
+            rewards, terms, truncs = batch.rewards, batch.terminations, batch.truncations  # the batch's own
+            infos_of = batch.infos
+        else:  # NEXT_STEP resets: reward 0, not ended
+            ids = step.ids
+            states = list(self._states)
+            infos_of = [None] * n
+            for i, state, info in zip(ids.tolist(), batch.states, batch.infos):
+                states[i], infos_of[i] = state, info
+            rewards = np.zeros(n, dtype=np.float64)
+            terms = np.zeros(n, dtype=np.bool_)
+            truncs = np.zeros(n, dtype=np.bool_)
+            rewards[ids], terms[ids], truncs[ids] = batch.rewards, batch.terminations, batch.truncations
+        infos: dict = {}
+        for i, info in enumerate(infos_of):
+            if i in reset:
+                state, _, info = reset[i]
+                states[i] = state
+            else:
+                info.pop("n_steps", None)  # plan_parallel's own key; gymnasium's infos do not have it
+            if info:  # an empty info adds nothing (gymnasium's _add_info loops over its keys)
+                infos = self._add_info(infos, info, i)
+        with ctrl_c_deferred():  # every sub-env commits, or none does
+            self._commit_all(states, reset)
             self._autoreset = terms | truncs
         return self._batched_obs(step, batch), rewards, terms, truncs, infos
 
@@ -235,6 +270,10 @@ class PlanVectorEnv(VectorCore):
         before = self._pending  # a step_async's: _send_step refuses to start another
         try:
             self._send_step(actions, "step", True)
+            step = self._pending
+            if step is not None and type(step.fut) is Done:  # it ran in this process already
+                self._pending = None
+                return self._finish(step, step.fut.value)
             return self.step_wait()
         except BaseException:
             if self._pending is not before:  # this call's step, interrupted between sending and waiting

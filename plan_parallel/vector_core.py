@@ -171,6 +171,7 @@ class VectorCore(VectorAttrs, VectorEnv):  # type: ignore[misc]  # np_random(_se
         self.spec = first.plan.spec
         self._states: list[State | None] = [None] * n
         self._started = np.zeros(n, dtype=np.bool_)  # has a state (reset or set)
+        self._all_started = False  # every sub-env has (known once _check_started saw it)
         self._all = np.arange(n)
         self._env_obs: list[Any] = [None] * n
         self._observations = empty_batch(self.single_observation_space, n, np.zeros)  # copy=False
@@ -226,7 +227,10 @@ class VectorCore(VectorAttrs, VectorEnv):  # type: ignore[misc]  # np_random(_se
             raise ClosedError("this vector env was closed; create a new one with plan_parallel.make_vec")
 
     def _check_started(self, ids: Sequence[int] | np.ndarray) -> None:
+        if self._all_started:
+            return
         if self._started.all():
+            self._all_started = True  # for good: a sub-env never loses its state
             return
         missing = [int(i) for i in ids if not self._started[i]]
         if missing:
@@ -236,7 +240,7 @@ class VectorCore(VectorAttrs, VectorEnv):  # type: ignore[misc]  # np_random(_se
         if self._pending is not None:
             raise AlreadyPendingCallError(f"{what}: a step_async is pending; call step_wait() first "
                                           "(or reset(), which drops it)", "step")
-        if self._in_flight.any() or self._ready:
+        if self._sent or self._ready:  # a step in self._sent: its sub-envs are in flight
             busy = sorted(set(np.flatnonzero(self._in_flight).tolist()) | set(self._ready))
             raise AlreadyPendingCallError(f"{what}: sub-envs {busy} were sent and not yet received; "
                                           "call recv() first (or reset(), which drops them)", "send")
@@ -283,6 +287,16 @@ class VectorCore(VectorAttrs, VectorEnv):  # type: ignore[misc]  # np_random(_se
         self._started[i] = True
         self._record_frame(i, state, reset)
 
+    def _commit_all(self, states: list[State], reset: dict[int, Any]) -> None:
+        """:meth:`_commit` of every sub-env: ``states[i]`` is sub-env i's new state, from a reset if i is in ``reset``."""
+        self._states = states  # type: ignore[assignment]  # a list of its own
+        self._env_obs = [s.obs for s in states]
+        if not self._all_started:
+            self._started[:] = True
+        if self._frames is not None:
+            for i, state in enumerate(states):
+                self._record_frame(i, state, i in reset)
+
     def _batched_obs(self, step: Step | None = None, batch: Any = None) -> Any:
         """The N sub-envs' observations, batched.
 
@@ -300,9 +314,12 @@ class VectorCore(VectorAttrs, VectorEnv):  # type: ignore[misc]  # np_random(_se
         if len(step.ids) == self.num_envs:
             out = batch.observations.copy()  # the batch's is read-only: its rows are the states' observations
         else:
-            out = empty_batch(space, self.num_envs)
-            if len(step.ids):
-                out[step.ids] = batch.observations
+            stepped = batch.observations
+            if len(step.ids):  # np.empty: gymnasium's create_empty_array costs ~10 us a call
+                out = np.empty((self.num_envs, *(space.shape or ())), dtype=space.dtype)
+                out[step.ids] = stepped
+            else:
+                out = empty_batch(space, self.num_envs)
         reset = list(step.resets)
         if self.autoreset_mode == AutoresetMode.SAME_STEP and len(step.ids):
             reset += step.ids[batch.terminations | batch.truncations].tolist()

@@ -50,7 +50,9 @@ class Residents:
     def run(self, ids: np.ndarray, actions: Any, states: Sequence[State | None]) -> tuple:
         """One step of sub-envs ``ids`` from ``states`` with their checked ``actions``, each on its own env;
         lists as :meth:`PlanEnv.run_raw`."""
-        return PlanEnv.run_each([self.env(i) for i in ids.tolist()], actions, states)  # type: ignore[arg-type]  # started
+        envs, built, members = self.envs, self.built_for, self.recipes.members
+        chosen = [env if (env := envs[i]) is not None and built[i] is members[i] else self.env(i) for i in ids.tolist()]
+        return PlanEnv.run_each(chosen, actions, states)  # type: ignore[arg-type]  # started
 
     def close(self) -> None:
         """Close every env built (each is tried; the first error raises after all were)."""

@@ -40,7 +40,7 @@ class StateBatch(Sequence[State]):
     (two threads asking for one state at once may each make it: equal objects).
     """
 
-    __slots__ = ("_made", "_n", "_observations", "_parts", "_starts")
+    __slots__ = ("_made", "_n", "_observations", "_parts", "_starts", "_whole")
 
     def __init__(self, n: int, parts: Sequence[Part], observations: np.ndarray | None = None) -> None:
         self._n = n
@@ -48,11 +48,15 @@ class StateBatch(Sequence[State]):
         self._starts = [lo for lo, _, _ in self._parts]
         self._observations = observations
         self._made: list[State | None] = [None] * n
+        self._whole = False  # every state made at construction
 
     @classmethod
     def of(cls, states: Sequence[State]) -> StateBatch:
         """A StateBatch of states made already."""
-        return cls(len(states), [(0, len(states), states)])
+        batch = cls(len(states), [(0, len(states), states)])
+        batch._made = list(states)
+        batch._whole = True
+        return batch
 
     def __len__(self) -> int:
         return self._n
@@ -86,8 +90,9 @@ class StateBatch(Sequence[State]):
         return state
 
     def __iter__(self) -> Iterator[State]:
-        for k in range(self._n):
-            yield self[k]
+        if self._whole:  # made whole (:meth:`of`): the list's own iterator
+            return iter(self._made)  # type: ignore[arg-type]  # no None left
+        return (self[k] for k in range(self._n))
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, (StateBatch, list, tuple)):
