@@ -243,6 +243,15 @@ def check_action_sequences(space: spaces.Space, actions: Any, n: int | None, hor
     return seqs, t
 
 
+def _outside(space: spaces.Space, arr: np.ndarray, bad: Any, single: bool, bounds_text: str = "") -> ValueError:
+    """The error naming the first item (or [item, step]) of ``arr`` with a bad value in ``bad`` (its lead shape)."""
+    idx = tuple(int(x) for x in np.argwhere(bad)[0])
+    where = str(idx[0]) if len(idx) == 1 else f"[{', '.join(map(str, idx))}]"
+    if single:
+        return ValueError(f"action {arr[idx].tolist()!r} is outside {space}{bounds_text}")
+    return ValueError(f"action {where} is outside {space}{bounds_text}: {arr[idx].tolist()!r}")
+
+
 def _check_action_array(
     space: spaces.Space, actions: Any, lead: tuple[int | None, ...], names: tuple[str, ...], single: bool = False
 ) -> np.ndarray:
@@ -252,7 +261,7 @@ def _check_action_array(
         arr = np.asarray(actions)
     except (ValueError, TypeError) as exc:
         raise TypeError(f"actions must be array-like for {space}, got {type(actions).__name__}: {exc}") from exc
-    if arr.dtype == object:
+    if arr.dtype.kind == "O":
         if single and any(isinstance(a, State) for a in arr.ravel()[:1]):
             raise TypeError(f"an action for {space} must be numeric, got a State: step takes (action, state)")
         hint = ""
@@ -265,21 +274,16 @@ def _check_action_array(
         # An empty list has no dtype nor trailing shape of its own.
         inner = tuple(d if d is not None else 0 for d in lead[1:])
         arr = np.empty((0, *inner, *shape), dtype=np.int64 if bounds is not None else space.dtype)
-    want = tuple(d if d is not None else (arr.shape[j] if arr.ndim > j else -1) for j, d in enumerate(lead))
+    if k == 1 and lead[0] is not None:
+        want: tuple[int, ...] = cast(tuple[int], lead)
+    else:
+        want = tuple(d if d is not None else (arr.shape[j] if arr.ndim > j else -1) for j, d in enumerate(lead))
     if arr.shape != want + shape:
         if single:
             raise ValueError(f"an action for {space} must have shape {shape}, got shape {arr.shape[1:]}: {actions[0]!r:.200}")
         dims = [str(d) if d is not None else names[j] for j, d in enumerate(lead)] + [str(d) for d in shape]
         exp = f"({dims[0]},)" if len(dims) == 1 else f"({', '.join(dims)})"
         raise ValueError(f"actions for {space} must have shape {exp}, got shape {arr.shape}")
-
-    def outside(bad: np.ndarray, bounds_text: str = "") -> ValueError:
-        """The error naming the first item (or [item, step]) with a bad value in ``bad`` (shape ``lead``)."""
-        idx = tuple(int(x) for x in np.argwhere(bad)[0])
-        where = str(idx[0]) if k == 1 else f"[{', '.join(map(str, idx))}]"
-        if single:
-            return ValueError(f"action {arr[idx].tolist()!r} is outside {space}{bounds_text}")
-        return ValueError(f"action {where} is outside {space}{bounds_text}: {arr[idx].tolist()!r}")
 
     if bounds is not None:
         if arr.dtype.kind not in "iu" and arr.dtype != np.bool_:
@@ -292,7 +296,7 @@ def _check_action_array(
             inside = not ((arr < lo) | (arr >= hi)).any()
         if not inside:
             bad = (arr < lo) | (arr >= hi)
-            raise outside(bad.reshape(arr.shape[:k] + (-1,)).any(axis=-1))
+            raise _outside(space, arr, bad.reshape(arr.shape[:k] + (-1,)).any(axis=-1), single)
         return arr.astype(space.dtype, copy=False)  # the dtype space.contains accepts
     if arr.dtype.kind not in "fiub":
         raise TypeError(f"{'an action' if single else 'actions'} for {space} must be numeric, got dtype {arr.dtype}")
@@ -305,7 +309,7 @@ def _check_action_array(
             flat > box.high.ravel()
         ).any(axis=-1)
         if bad.any():
-            raise outside(bad, f" (low={box.low.tolist()}, high={box.high.tolist()})")
+            raise _outside(space, arr, bad, single, f" (low={box.low.tolist()}, high={box.high.tolist()})")
     return arr
 
 

@@ -30,7 +30,7 @@ from plan_parallel.env import PlanEnv
 from plan_parallel.errors import ClosedError, StateError
 from plan_parallel.inputs import check_action, check_dt, check_kind, check_seed
 from plan_parallel.loops import UniformPolicy
-from plan_parallel.results import RolloutBatch, StepBatch, stack_observations
+from plan_parallel.results import RolloutBatch, StepBatch, stack_observations, step_batch_of
 from plan_parallel.state import State, StateBatch
 from plan_parallel.wire.codec import Job
 from plan_parallel.wire.messages import Op
@@ -319,7 +319,15 @@ class BatchEnv:
         states by envs of their own).
         """
         self._check_open()
-        return self._wait(self._placement.submit(checked_job(self.kind, actions, states, dt, validated, here), True))
+        decided = None
+        if here is not None and states:  # placed before the job is made: a step run here needs none
+            n = len(states)
+            decided = self._placement.where(STEP_OP, n * dt, True)
+            if decided[1] == "here":
+                return self._placement.run_here_timed(
+                    decided[0], n * dt, n, lambda local: step_batch_of(local.observation_space, here(0, n)))
+        return self._wait(self._placement.submit(checked_job(self.kind, actions, states, dt, validated, here), True,
+                                                 decided))
 
     def step_batch_checked_async(self, actions: Any, states: Sequence[State], dt: int = 1, *, validated: bool = False,
                                  here: Callable[[int, int], tuple] | None = None) -> BatchFuture:
