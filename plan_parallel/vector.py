@@ -117,7 +117,9 @@ class PlanVectorEnv(VectorCore):
         residents = self._residents
         if residents is None:
             return None
-        return lambda lo, hi: residents.run(ids[lo:hi], actions[lo:hi], states[lo:hi])
+        n = len(ids)
+        return lambda lo, hi: (residents.run(ids, actions, states) if lo == 0 and hi == n
+                               else residents.run(ids[lo:hi], actions[lo:hi], states[lo:hi]))
 
     def _start(self, actions: Any, ids: np.ndarray, wait: bool = False) -> tuple[Any, np.ndarray, dict]:
         """Submit the step of sub-envs ``ids`` with their checked ``actions``; NEXT_STEP resets run meanwhile
