@@ -51,7 +51,7 @@ class Feeder:
         """Split ``fut``'s job into chunks to send; False when it has none (an empty batch)."""
         job = fut.job
         assert job is not None
-        fut.pending.extend(split_by_cost(job.dt, job.n, n_chunks))
+        fut.pending.extend(split_by_cost(job.dt, job.n, n_chunks, funnel=fut.helper is not None))  # shared: funnel
         if not fut.pending:
             return False
         layout = row_layout(self.observation_space, job.n)

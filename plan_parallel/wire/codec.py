@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from itertools import accumulate
 from typing import Any, Protocol
 
 import numpy as np
@@ -37,22 +38,27 @@ __all__ = [
 ]
 
 
-def split_by_cost(dt: int | np.ndarray, n: int, w: int) -> list[tuple[int, int]]:
+def split_by_cost(dt: int | np.ndarray, n: int, w: int, funnel: bool = False) -> list[tuple[int, int]]:
     """Contiguous ``(start, stop)`` chunks of ``n`` items for ``w`` workers, balanced by sum of dt.
 
-    Every chunk is non-empty; there are ``min(n, w)`` of them.
+    Every chunk is non-empty; there are ``min(n, w)`` of them. With ``funnel`` the
+    chunks halve in cost from both ends towards the middle (for a shared batch: the
+    workers take chunks from the front, this process from the back, and the last
+    chunks either side takes are the small ones, so neither is left waiting long
+    for the other's last chunk).
     """
     k = min(n, w)
     if k == 0:
         return []
-    if isinstance(dt, int) or k == 1:
+    if k == 1 or (isinstance(dt, int) and not funnel):
         bounds = [round(i * n / k) for i in range(k + 1)]
     else:
-        cum = np.cumsum(dt)
-        total = float(cum[-1])
+        cum = np.cumsum(dt) if not isinstance(dt, int) else np.arange(1, n + 1) * dt
+        shares = list(accumulate(0.5 ** min(j, k - 1 - j) if funnel else 1.0 for j in range(k)))
+        total = float(cum[-1]) / shares[-1]
         bounds = [0]
         for j in range(1, k):
-            b = int(np.searchsorted(cum, total * j / k, side="left")) + 1
+            b = int(np.searchsorted(cum, total * shares[j - 1], side="left")) + 1
             b = min(max(b, bounds[-1] + 1), n - (k - j))  # non-empty chunks on both sides
             bounds.append(b)
         bounds.append(n)
