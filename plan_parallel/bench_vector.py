@@ -5,10 +5,13 @@ targets) with the same pre-drawn random actions;
 make_vec uses ``workers`` process workers: by default (small batches may run in
 this process when the process backend judges them too small to gain from
 workers), with every batch on the workers (``no-inline``), and the inline
-backend (the cost of the state protocol and of the vector layer alone). Figures are env steps per second
-(vector steps x sub-envs), the median over ``repeats`` alternating runs; each
-ratio is the median of the per-run ratios to SyncVectorEnv (and to AsyncVectorEnv)
-measured side by side.
+backend (the cost of the state protocol and of the vector layer alone).
+
+The vector envs take turns of :data:`TURN_STEPS` vector steps each, in rotation,
+through ``repeats`` passes over the pre-drawn actions: a change of the machine's
+speed (this VM's neighbours) lands on every contestant alike. Figures are env
+steps per second (vector steps x sub-envs) over all turns; each ratio is the
+median of the per-turn ratios to SyncVectorEnv (and to AsyncVectorEnv).
 """
 from __future__ import annotations
 
@@ -19,7 +22,9 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["CASES", "bench_vector"]
+__all__ = ["CASES", "TURN_STEPS", "bench_vector"]
+
+TURN_STEPS = 5  # vector steps a contestant runs in one turn
 
 # (label, env id, kwargs, sub-envs, vector steps per run, quick vector steps): Pong with its defaults
 # (RGB observations, frameskip 4, sticky actions).
@@ -29,10 +34,10 @@ CASES: list[tuple[str, str, dict[str, Any], int, int, int]] = [
 ]
 
 
-def _runner(venv: Any, actions: np.ndarray) -> Callable[[], float]:
-    """A function that steps ``venv`` through ``actions`` and returns the seconds it took."""
+def _runner(venv: Any) -> Callable[[np.ndarray], float]:
+    """A function that steps ``venv`` through some actions and returns the seconds it took."""
 
-    def run() -> float:
+    def run(actions: np.ndarray) -> float:
         t0 = time.perf_counter()
         for a in actions:
             venv.step(a)
@@ -51,8 +56,9 @@ def bench_vector(repeats: int, quick: bool, workers: int,
     from plan_parallel.factory import EnvFactory
 
     lines = [
-        f"make_vec (process, W={workers}) vs gymnasium vector envs, env steps/s "
-        f"(median of {repeats} alternating runs; ratios = median per-run ratios to SyncVectorEnv and AsyncVectorEnv)",
+        f"make_vec (process, W={workers}) vs gymnasium vector envs, env steps/s over {repeats} passes in turns of "
+        f"{TURN_STEPS} vector steps each, in rotation (ratios: medians of the per-turn ratios to SyncVectorEnv and "
+        "AsyncVectorEnv)",
         "the machine has 2 cores shared with other work: ratios move with its load (see the ceiling)",
         f"parallel ceiling now: {workers} busy processes run {parallel_ceiling(workers):.2f}x one",
         f"{'env':<16} {'vector env':<28} {'steps/s':>10} {'x Sync':>7} {'x Async':>8}",
@@ -74,15 +80,16 @@ def bench_vector(repeats: int, quick: bool, workers: int,
             runs = {}
             for name, v in venvs.items():
                 v.reset(seed=0)
-                runs[name] = _runner(v, actions)
-                runs[name]()  # warm-up: first steps, and make_vec's cost estimates
+                runs[name] = _runner(v)
+                runs[name](actions)  # warm-up: first steps, and make_vec's cost estimates
             times: dict[str, list[float]] = {k: [] for k in runs}
             for _ in range(repeats):
-                for k, run in runs.items():
-                    times[k].append(run())
+                for lo in range(0, n_steps, TURN_STEPS):
+                    for k, run in runs.items():
+                        times[k].append(run(actions[lo:lo + TURN_STEPS]))
             sync, asyn = times["SyncVectorEnv"], times["AsyncVectorEnv (shm)"]
             for k, ts in times.items():
-                rate = n_steps * n_envs / statistics.median(ts)
+                rate = n_steps * repeats * n_envs / sum(ts)
                 to_sync = statistics.median(s / t for s, t in zip(sync, ts))
                 to_async = statistics.median(a / t for a, t in zip(asyn, ts))
                 lines.append(f"{f'{label} x{n_envs}':<16} {k:<28} {rate:>10,.0f} {to_sync:>7.2f} {to_async:>8.2f}")
