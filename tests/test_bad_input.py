@@ -76,6 +76,8 @@ def bad_calls(env: Any, s: State) -> dict[str, Callable[[], Any]]:
         calls[f"step_batch, {name} last"] = lambda bad=bad: env.step_batch(good, [s, s, s, bad])
         # Twice in a row: an item that repeats the one before is not checked again, and must not be let through.
         calls[f"step_batch, {name} twice"] = lambda bad=bad: env.step_batch(good, [s, bad, bad, s])
+        # Apart: the calling process, taking a shared batch from the back, meets the later one first.
+        calls[f"step_batch, {name} apart"] = lambda bad=bad: env.step_batch(good, [s, bad, s, bad])
         calls[f"rollout_batch, {name}"] = lambda bad=bad: env.rollout_batch([s, bad], good[:2, None])
         calls[f"rollout_batch, {name} last"] = lambda bad=bad: env.rollout_batch([s, s, s, bad], good[:, None])
         calls[f"step, {name}"] = lambda bad=bad: env.step(good[0], state=bad)

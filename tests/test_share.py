@@ -101,6 +101,24 @@ def test_an_env_error_in_the_callers_chunk_reads_as_inline_and_the_env_goes_on(o
 
 
 @pytest.mark.timeout(120)
+def test_of_two_env_errors_the_earlier_items_is_raised_wherever_each_ran(oracle: pp.PlanEnv) -> None:
+    """Items 1 and 8 of 9 raise. This process takes the batch from the back and meets item 8 first;
+    the worker, from the front, meets item 1: item 1's error is the batch's, as inline, every time."""
+    actions = np.array([0, 2, 0, 1, 0, 1, 0, 1, 2])
+    with pp.make(FaultyEnv, backend="inline", fault="raise", trigger_action=2) as ref, \
+            shared(FaultyEnv, 1, fault="raise", trigger_action=2) as env:
+        s = ref.reset(seed=0)[0]
+        env.reset(seed=0)
+        with pytest.raises(ValueError) as want:
+            ref.step_batch(actions, [s] * 9)
+        for _ in range(5):
+            with pytest.raises(ValueError) as got:
+                env.step_batch(actions, [s] * 9)
+            assert str(got.value) == str(want.value)
+            assert any("item 1 of the batch" in note for note in got.value.__notes__), got.value.__notes__
+
+
+@pytest.mark.timeout(120)
 def test_a_worker_dying_in_a_shared_batch_is_replaced_and_its_chunk_replayed(tmp_path: Path,
                                                                            oracle: pp.PlanEnv) -> None:
     """Item 0 (a worker's chunk) SIGKILLs its worker once; the batch still equals inline."""

@@ -80,8 +80,15 @@ class Feeder:
             for i, slot in enumerate(slots):
                 if slot.state in (SlotState.READY, SlotState.STARTING) and len(slot.queue) < QUEUED_PER_WORKER:
                     fut = self.next_batch(i)
-                    if fut is not None:
+                    if fut is not None and self.may_queue(slot, fut):
                         self.feed(slot, fut, next_id)
+
+    @staticmethod
+    def may_queue(slot: Slot, fut: BatchFuture) -> bool:
+        """May ``fut``'s next chunk join ``slot``'s queue now? A shared batch's chunk goes to an idle worker
+        only: this process takes the chunks no worker holds (see :meth:`Placement.help_with`), and a
+        chunk queued behind another would be taken from it."""
+        return fut.helper is None or not slot.queue
 
     def feed(self, slot: Slot, fut: BatchFuture, next_id: Callable[[], int]) -> None:
         """Send ``fut``'s next chunk to ``slot`` (after a set_state to the batch's start, if it needs one)."""

@@ -45,6 +45,9 @@ class BatchFuture:
         self.running_here = 0
         self.chunks_here = 0
         self.steps_here = 0
+        # The env's error of the lowest item run here, and that item: it fails the batch once every part is
+        # answered without a worker's error (the workers' chunks come first in the batch: theirs is the first).
+        self.here_error: tuple[int, BaseException] | None = None
 
     @classmethod
     def completed(cls, n: int, value: Any) -> BatchFuture:
@@ -69,7 +72,10 @@ class BatchFuture:
                 and not self.running_here and all(p.answered for p in self.parts))
 
     def complete(self) -> None:
-        """Every part answered: build the value (an error building it fails the batch)."""
+        """Every part answered: build the value (an error building it, or one run here, fails the batch)."""
+        if self.here_error is not None:
+            self.fail(self.here_error[1])
+            return
         try:
             if self.gather is not None:
                 self.value = self.gather.result()

@@ -19,6 +19,7 @@ batch, so a chunk this process took is never left half-run for another caller.
 """
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections.abc import Callable
@@ -26,7 +27,7 @@ from typing import Any
 
 from plan_parallel.batch.future import BatchFuture
 from plan_parallel.batch.pool import WorkerPool
-from plan_parallel.batch.tuner import Tuner
+from plan_parallel.batch.tuner import MIN_CHUNK_SECONDS, Tuner
 from plan_parallel.env import PlanEnv
 from plan_parallel.interrupts import ctrl_c_deferred
 from plan_parallel.results import step_batch_of
@@ -189,15 +190,29 @@ class Placement:
             self.lock.release()
 
     def _take(self, fut: BatchFuture) -> tuple[int, int] | None:
-        """The last chunk no worker has taken (now running here), or None."""
+        """The last piece of the last chunk no worker has taken (now running here), or None.
+
+        A piece is about ``MIN_CHUNK_SECONDS`` of env time (the rest of the chunk stays
+        pending, at the back): between pieces this process hands the workers' replies and
+        feeds them, so a worker that finished its chunk waits at most a piece for the next.
+        """
         with ctrl_c_deferred():  # no Ctrl-C between taking the lock and the try that releases it
             if not self.pool.lock.acquire(blocking=False):
                 return None  # another thread is waiting on the workers: leave them the rest
             try:
-                if fut.settled or not fut.pending:
-                    return None
+                if fut.settled or not fut.pending or fut.here_error is not None:
+                    return None  # (after an error here, the workers run the rest: it may fail at an earlier item)
                 fut.running_here += 1
-                return fut.pending.pop()
+                lo, hi = fut.pending.pop()
+                step = self.tuner.step_seconds
+                job = fut.job
+                if step is not None and job is not None and hi - lo > 1:
+                    per_item = step * job.cost(lo, hi) / (hi - lo)
+                    piece = max(1, math.ceil(MIN_CHUNK_SECONDS / max(per_item, 1e-9)))
+                    if piece < hi - lo:
+                        fut.pending.append((lo, hi - piece))
+                        lo = hi - piece
+                return lo, hi
             finally:
                 self.pool.lock.release()
 
@@ -211,9 +226,15 @@ class Placement:
             item = getattr(exc, "_pp_item", None)
             exc.add_note(f"raised in the calling process during {job.op.value}"
                          + (f", at item {lo + item} of the batch" if item is not None else ""))
+            at = lo + (item or 0)
             with self.pool.lock, ctrl_c_deferred():
+                # Not failed yet: the workers' chunks, earlier in the batch, may fail at an earlier item,
+                # and the first bad item is the one named, as inline (see BatchFuture.here_error).
                 fut.running_here -= 1
-                fut.fail(exc)
+                if fut.here_error is None or at < fut.here_error[0]:
+                    fut.here_error = (at, exc)
+                if fut.all_answered():
+                    fut.complete()
             return
         with self.pool.lock, ctrl_c_deferred():
             fut.running_here -= 1
