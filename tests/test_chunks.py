@@ -8,41 +8,38 @@ from hypothesis import strategies as st
 
 from plan_parallel.wire.codec import split_by_cost
 
+DTS = st.one_of(st.integers(1, 8), st.lists(st.integers(1, 50), min_size=0, max_size=60))
 
-@pytest.mark.timeout(60)
-@given(
-    dt=st.one_of(st.integers(1, 8), st.lists(st.integers(1, 50), min_size=0, max_size=60)),
-    w=st.integers(1, 9),
-)
-def test_split_by_cost_covers_the_batch_in_order_with_non_empty_balanced_chunks(dt: object, w: int) -> None:
-    n = 37 if isinstance(dt, int) else len(dt)
+
+def split_checked(dt: object, w: int, funnel: bool) -> tuple[np.ndarray, list[tuple[int, int]]]:
+    """The items' costs and ``split_by_cost``'s chunks, checked to cover the batch in order, none empty."""
+    n = 37 if isinstance(dt, int) else len(dt)  # type: ignore[arg-type]
     costs = np.full(n, dt) if isinstance(dt, int) else np.array(dt, dtype=np.int64)
-    chunks = split_by_cost(dt if isinstance(dt, int) else costs, n, w)
+    chunks = split_by_cost(dt if isinstance(dt, int) else costs, n, w, funnel=funnel)
     assert len(chunks) == min(n, w)
     if chunks:
         assert [lo for lo, _ in chunks] == [0] + [hi for _, hi in chunks[:-1]]  # contiguous, in order
         assert all(hi > lo for lo, hi in chunks)
         assert chunks[-1][1] == n
+    return costs, chunks
+
+
+@pytest.mark.timeout(60)
+@given(dt=DTS, w=st.integers(1, 9))
+def test_split_by_cost_covers_the_batch_in_order_with_non_empty_balanced_chunks(dt: object, w: int) -> None:
+    costs, chunks = split_checked(dt, w, funnel=False)
+    if chunks:
         # Balanced: no chunk costs more than a fair share plus one item's cost.
         fair = costs.sum() / len(chunks)
         assert max(costs[lo:hi].sum() for lo, hi in chunks) <= fair + costs.max()
 
 
 @pytest.mark.timeout(60)
-@given(
-    dt=st.one_of(st.integers(1, 8), st.lists(st.integers(1, 50), min_size=0, max_size=60)),
-    w=st.integers(1, 9),
-)
+@given(dt=DTS, w=st.integers(1, 9))
 def test_a_shared_batchs_funnel_split_covers_it_with_chunk_costs_halving_towards_the_middle(dt: object, w: int) -> None:
-    n = 37 if isinstance(dt, int) else len(dt)
-    costs = np.full(n, dt) if isinstance(dt, int) else np.array(dt, dtype=np.int64)
-    chunks = split_by_cost(dt if isinstance(dt, int) else costs, n, w, funnel=True)
-    k = min(n, w)
-    assert len(chunks) == k
+    costs, chunks = split_checked(dt, w, funnel=True)
+    k = len(chunks)
     if chunks:
-        assert [lo for lo, _ in chunks] == [0] + [hi for _, hi in chunks[:-1]]  # contiguous, in order
-        assert all(hi > lo for lo, hi in chunks)
-        assert chunks[-1][1] == n
         # Each boundary falls within an item's cost of where the shares put it (halving from either end
         # towards the middle), unless a chunk beside it was kept to one item so that none is empty.
         shares = np.array([0.5 ** min(j, k - 1 - j) for j in range(k)])

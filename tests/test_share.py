@@ -8,6 +8,8 @@ tables of test_interrupts.py run shared batches too.)
 """
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -82,14 +84,21 @@ def test_shared_rollouts_equal_inline_with_a_policy_and_seeds(return_all: bool, 
         assert env.stats["shared_items"] > 0
 
 
-@pytest.mark.timeout(120)
-def test_an_env_error_in_the_callers_chunk_reads_as_inline_and_the_env_goes_on(oracle: pp.PlanEnv) -> None:
-    """Item 4 of 5 raises; with one worker the chunk (3, 5) runs in the calling process."""
-    actions = np.array([0, 1, 0, 1, 2])
+@contextmanager
+def raising_pair() -> Iterator[tuple[pp.PlanEnv, BatchEnv, Any]]:
+    """An inline env and a shared one (one worker) whose step raises on action 2, reset alike, and their start."""
     with pp.make(FaultyEnv, backend="inline", fault="raise", trigger_action=2) as ref, \
             shared(FaultyEnv, 1, fault="raise", trigger_action=2) as env:
         s = ref.reset(seed=0)[0]
         env.reset(seed=0)
+        yield ref, env, s
+
+
+@pytest.mark.timeout(120)
+def test_an_env_error_in_the_callers_chunk_reads_as_inline_and_the_env_goes_on(oracle: pp.PlanEnv) -> None:
+    """Item 4 of 5 raises; with one worker, the calling process takes the batch from the back."""
+    actions = np.array([0, 1, 0, 1, 2])
+    with raising_pair() as (ref, env, s):
         with pytest.raises(ValueError) as want:
             ref.step_batch(actions, [s] * 5)
         with pytest.raises(ValueError) as got:
@@ -105,10 +114,7 @@ def test_of_two_env_errors_the_earlier_items_is_raised_wherever_each_ran(oracle:
     """Items 1 and 8 of 9 raise. This process takes the batch from the back and meets item 8 first;
     the worker, from the front, meets item 1: item 1's error is the batch's, as inline, every time."""
     actions = np.array([0, 2, 0, 1, 0, 1, 0, 1, 2])
-    with pp.make(FaultyEnv, backend="inline", fault="raise", trigger_action=2) as ref, \
-            shared(FaultyEnv, 1, fault="raise", trigger_action=2) as env:
-        s = ref.reset(seed=0)[0]
-        env.reset(seed=0)
+    with raising_pair() as (ref, env, s):
         with pytest.raises(ValueError) as want:
             ref.step_batch(actions, [s] * 9)
         for _ in range(5):
