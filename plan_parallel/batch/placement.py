@@ -6,11 +6,14 @@ batch, from the times it measured:
 * ``"workers"``: the chunks go to the workers; this process waits;
 * ``"here"``: the whole batch runs in this process, on its local env (small
   batches, whose message costs more than their work);
-* ``"share"``: the chunks go to the workers from the front, and the thread that
-  waits for the result runs chunks from the back on the local env, handling
-  the workers' replies between its chunks so that they never wait. On a machine
-  with as many cores as workers, this process would otherwise sit idle while its
-  cores run the workers, and an item run here costs no message.
+* ``"share"``: the chunks go to the workers from the front, one at a time to
+  each, and the thread that waits for the result runs the batch from the back on
+  the local env, a piece at a time, handling the workers' replies between its
+  pieces so that they wait at most a piece. On a machine with as many cores as
+  workers, this process would otherwise sit idle while its cores run the
+  workers, and an item run here costs no message. An env error here fails the
+  batch only once the workers' chunks, earlier in the batch, are answered: the
+  first failing item's error is raised, as inline.
 
 Each item carries its state, so where it runs does not change its result. A
 batch is shared only while the caller waits for it in full (``step_batch``,
@@ -193,7 +196,7 @@ class Placement:
         """The last piece of the last chunk no worker has taken (now running here), or None.
 
         A piece is about ``MIN_CHUNK_SECONDS`` of env time (the rest of the chunk stays
-        pending, at the back): between pieces this process hands the workers' replies and
+        pending, at the back): between pieces this process handles the workers' replies and
         feeds them, so a worker that finished its chunk waits at most a piece for the next.
         """
         with ctrl_c_deferred():  # no Ctrl-C between taking the lock and the try that releases it
