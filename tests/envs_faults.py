@@ -10,7 +10,7 @@ from typing import Any
 
 from tests.envs import CounterEnv
 
-__all__ = ["SlowBuildEnv", "SlowEnv"]
+__all__ = ["SlowBuildEnv", "SlowEnv", "SlowOrRaisingEnv"]
 
 
 class SlowEnv(CounterEnv):
@@ -41,4 +41,20 @@ class SlowBuildEnv(CounterEnv):
     def step(self, action: Any) -> tuple:
         time.sleep(self.first_step_delay)
         self.first_step_delay = 0.0
+        return super().step(action)
+
+
+class SlowOrRaisingEnv(CounterEnv):
+    """A :class:`CounterEnv` whose step sleeps ``delay`` seconds on action 1 and raises ValueError on action 2:
+    a batch whose earlier failing item is answered after a later one."""
+
+    def __init__(self, delay: float = 0.3) -> None:
+        super().__init__(horizon=1000)
+        self.delay = float(delay)
+
+    def step(self, action: Any) -> tuple:
+        if int(action) == 1:
+            time.sleep(self.delay)
+        elif int(action) == 2:
+            raise ValueError("action 2 is not allowed here")
         return super().step(action)

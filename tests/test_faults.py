@@ -32,7 +32,7 @@ import plan_parallel as pp
 from plan_parallel.errors import ClosedError, RemoteError, WorkerCrashedError, WorkerTimeoutError
 from tests.deadline import call_with_deadline
 from tests.envs import FaultyEnv
-from tests.envs_faults import SlowBuildEnv
+from tests.envs_faults import SlowBuildEnv, SlowOrRaisingEnv
 from tests.helpers import assert_batches_equal, assert_tree_equal
 
 pytestmark = pytest.mark.usefixtures("no_leaks_module", "no_leaks")
@@ -529,3 +529,19 @@ def test_parent_killed_leaves_no_orphans_nor_slabs(context: str, tmp_path: Path)
                 f"slabs {sorted(slabs)} still in /dev/shm; child stderr:\n{(tmp_path / 'stderr').read_text()[-2000:]}"
             )
         time.sleep(0.1)
+
+
+@pytest.mark.timeout(120)
+def test_of_two_workers_errors_the_earlier_items_is_raised_though_it_comes_later() -> None:
+    """Items 1 and 3 of 4 raise, on two workers; item 0 first sleeps 0.3 s, so item 3's error comes first."""
+    actions = np.array([1, 2, 0, 2])
+    with pp.make(SlowOrRaisingEnv, backend="inline") as ref, \
+            pp.make(SlowOrRaisingEnv, n_workers=2, small_batch_inline=False) as env:
+        s = ref.reset(seed=0)[0]
+        with pytest.raises(ValueError) as want:
+            ref.step_batch(actions, [s] * 4)
+        for _ in range(3):
+            with pytest.raises(ValueError) as got:
+                env.step_batch(actions, [s] * 4)
+            assert str(got.value) == str(want.value)
+            assert any("item 1 of the batch" in note for note in got.value.__notes__), got.value.__notes__

@@ -45,9 +45,9 @@ class BatchFuture:
         self.running_here = 0
         self.chunks_here = 0
         self.steps_here = 0
-        # The env's error of the lowest item run here, and that item: it fails the batch once every part is
-        # answered without a worker's error (the workers' chunks come first in the batch: theirs is the first).
-        self.here_error: tuple[int, BaseException] | None = None
+        # The lowest item that failed so far and its error (the env's, or a malformed state's): it fails the
+        # batch once no part before it is left to run, so the first failing item's error is raised, as inline.
+        self.item_error: tuple[int, BaseException] | None = None
 
     @classmethod
     def completed(cls, n: int, value: Any) -> BatchFuture:
@@ -71,11 +71,35 @@ class BatchFuture:
         return (not self.settled and bool(self.parts or self.chunks_here) and not self.pending
                 and not self.running_here and all(p.answered for p in self.parts))
 
-    def complete(self) -> None:
-        """Every part answered: build the value (an error building it, or one run here, fails the batch)."""
-        if self.here_error is not None:
-            self.fail(self.here_error[1])
+    def fail_at(self, item: int | None, error: BaseException) -> None:
+        """Item ``item`` of the batch failed with ``error`` (None: no item did; the batch fails now).
+
+        The batch fails with the lowest failing item's error once nothing before that item is left
+        to run (see :meth:`progress`); the chunks after it are dropped.
+        """
+        if item is None:
+            self.fail(error)
             return
+        if self.item_error is None or item < self.item_error[0]:
+            self.item_error = (item, error)
+            self.pending = deque(c for c in self.pending if c[0] < item)
+        self.progress()
+
+    def progress(self) -> None:
+        """After a part was answered or a piece ran here: settle the batch if it is done, or if its first
+        failing item is known (no part before it unanswered, pending or running here)."""
+        if self.settled:
+            return
+        if self.item_error is not None:
+            at, error = self.item_error
+            if (not self.running_here and not any(lo < at for lo, _ in self.pending)
+                    and not any(p.lo < at and not p.answered for p in self.parts)):
+                self.fail(error)
+        elif self.all_answered():
+            self.complete()
+
+    def complete(self) -> None:
+        """Every part answered: build the value (an error building it fails the batch)."""
         try:
             if self.gather is not None:
                 self.value = self.gather.result()

@@ -11,9 +11,7 @@ batch, from the times it measured:
   the local env, a piece at a time, handling the workers' replies between its
   pieces so that they wait at most a piece. On a machine with as many cores as
   workers, this process would otherwise sit idle while its cores run the
-  workers, and an item run here costs no message. An env error here fails the
-  batch only once the workers' chunks, earlier in the batch, are answered: the
-  first failing item's error is raised, as inline.
+  workers, and an item run here costs no message.
 
 Each item carries its state, so where it runs does not change its result. A
 batch is shared only while the caller waits for it in full (``step_batch``,
@@ -203,8 +201,8 @@ class Placement:
             if not self.pool.lock.acquire(blocking=False):
                 return None  # another thread is waiting on the workers: leave them the rest
             try:
-                if fut.settled or not fut.pending or fut.here_error is not None:
-                    return None  # (after an error here, the workers run the rest: it may fail at an earlier item)
+                if fut.settled or not fut.pending or fut.item_error is not None:
+                    return None  # (after an error, the workers run what is left before it)
                 fut.running_here += 1
                 lo, hi = fut.pending.pop()
                 step = self.tuner.step_seconds
@@ -229,15 +227,11 @@ class Placement:
             item = getattr(exc, "_pp_item", None)
             exc.add_note(f"raised in the calling process during {job.op.value}"
                          + (f", at item {lo + item} of the batch" if item is not None else ""))
-            at = lo + (item or 0)
             with self.pool.lock, ctrl_c_deferred():
-                # Not failed yet: the workers' chunks, earlier in the batch, may fail at an earlier item,
-                # and the first bad item is the one named, as inline (see BatchFuture.here_error).
+                # The workers' chunks, earlier in the batch, may fail at an earlier item: the first
+                # failing item's error is raised, as inline (BatchFuture.fail_at).
                 fut.running_here -= 1
-                if fut.here_error is None or at < fut.here_error[0]:
-                    fut.here_error = (at, exc)
-                if fut.all_answered():
-                    fut.complete()
+                fut.fail_at(lo + (item or 0), exc)
             return
         with self.pool.lock, ctrl_c_deferred():
             fut.running_here -= 1
@@ -246,5 +240,4 @@ class Placement:
             fut.steps_here += fut.gather.absorb_local(lo, hi, out)
             fut.chunks_here += 1
             self.stats["shared_items"] += hi - lo
-            if fut.all_answered():
-                fut.complete()
+            fut.progress()

@@ -232,9 +232,8 @@ class WorkerPool:
             if not self.lock.acquire(timeout=-1 if left is None else left):
                 continue
             try:
-                if fut.all_answered():  # an interruption came between its last answer and its completion
-                    fut.complete()
-                elif not fut.settled:
+                fut.progress()  # an interruption may have come between its last answer and its settling
+                if not fut.settled:
                     with self._guarded():
                         self._pump(left)
             finally:
@@ -315,7 +314,10 @@ class WorkerPool:
             if part.holds is not None and self.slots[i].held is part.holds:
                 self.slots[i].held = None  # it rejected the state: it holds nothing known
             w = self.slots[i].worker
-            fut.fail(reraise(reply.error, f"raised in {w.name} during {part.call.op.value}", part.lo))
+            error = reraise(reply.error, f"raised in {w.name} during {part.call.op.value}", part.lo)
+            part.answered = True
+            fut.fail_at(getattr(error, "_pp_item", None), error)
+            return
         if fut.settled:
             part.answered = True
             return
@@ -325,8 +327,7 @@ class WorkerPool:
             fut.value = reply.value
         part.env_seconds = reply.env_seconds
         part.answered = True
-        if fut.all_answered():
-            fut.complete()
+        fut.progress()
 
     # ------------------------------------------------------------------ faults
     def _check_deadlines(self, active: list[int]) -> None:
