@@ -7,18 +7,40 @@ pickled bytes.
 from __future__ import annotations
 
 import pickle
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 __all__ = [
     "assert_batches_equal",
+    "assert_fails_as_inline",
     "assert_tree_equal",
     "batch_payload",
     "replay_in_fresh_process",
     "sample_actions",
     "take",
 ]
+
+
+def assert_fails_as_inline(inline: Callable[[], Any], parallel: Callable[[], Any], item: int, times: int = 3) -> None:
+    """``parallel()`` raises, ``times`` times in a row, what ``inline()`` raises (same type and message),
+    with a note naming item ``item`` of the batch: the first failing item, wherever each item ran."""
+    try:
+        inline()
+    except Exception as exc:
+        want = exc
+    else:
+        raise AssertionError("the inline call did not raise")
+    for _ in range(times):
+        try:
+            parallel()
+        except Exception as exc:
+            assert type(exc) is type(want) and str(exc) == str(want), (exc, want)
+            notes = getattr(exc, "__notes__", [])
+            assert any(f"item {item} of the batch" in note for note in notes), notes
+        else:
+            raise AssertionError("the parallel call did not raise")
 
 
 def assert_tree_equal(a: Any, b: Any, path: str = "obs") -> None:

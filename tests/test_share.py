@@ -22,7 +22,7 @@ from plan_parallel.factory import EnvFactory
 from tests.deadline import call_with_deadline
 from tests.envs import CounterEnv, FaultyEnv
 from tests.envs_faults import SlowEnv
-from tests.helpers import assert_batches_equal
+from tests.helpers import assert_batches_equal, assert_fails_as_inline
 
 pytestmark = pytest.mark.usefixtures("no_leaks_module")
 
@@ -115,13 +115,7 @@ def test_of_two_env_errors_the_earlier_items_is_raised_wherever_each_ran(oracle:
     the worker, from the front, meets item 1: item 1's error is the batch's, as inline, every time."""
     actions = np.array([0, 2, 0, 1, 0, 1, 0, 1, 2])
     with raising_pair() as (ref, env, s):
-        with pytest.raises(ValueError) as want:
-            ref.step_batch(actions, [s] * 9)
-        for _ in range(5):
-            with pytest.raises(ValueError) as got:
-                env.step_batch(actions, [s] * 9)
-            assert str(got.value) == str(want.value)
-            assert any("item 1 of the batch" in note for note in got.value.__notes__), got.value.__notes__
+        assert_fails_as_inline(lambda: ref.step_batch(actions, [s] * 9), lambda: env.step_batch(actions, [s] * 9), 1, 5)
 
 
 @pytest.mark.timeout(120)
