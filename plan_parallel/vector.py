@@ -222,8 +222,7 @@ class PlanVectorEnv(VectorCore):
                 if info:  # an empty info adds nothing (gymnasium's _add_info loops over its keys)
                     infos = self._add_info(infos, info, i)
         with ctrl_c_deferred():  # every sub-env commits, or none does
-            for i in range(n):
-                self._commit(i, results[i][0], results[i][2])
+            self._commit_all([results[i][0] for i in range(n)], {i for i in range(n) if results[i][2]})
             self._autoreset = terms | truncs
         return self._batched_obs(step, batch), rewards, terms, truncs, infos
 

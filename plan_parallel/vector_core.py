@@ -10,7 +10,7 @@ batching the observations, ``get_states`` / ``set_states`` and closing. Stepping
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Container, Sequence
 from typing import Any, NamedTuple, Self
 
 import numpy as np
@@ -287,7 +287,7 @@ class VectorCore(VectorAttrs, VectorEnv):  # type: ignore[misc]  # np_random(_se
         self._started[i] = True
         self._record_frame(i, state, reset)
 
-    def _commit_all(self, states: list[State], reset: dict[int, Any]) -> None:
+    def _commit_all(self, states: list[State], reset: Container[int]) -> None:
         """:meth:`_commit` of every sub-env: ``states[i]`` is sub-env i's new state, from a reset if i is in ``reset``."""
         self._states = states  # type: ignore[assignment]  # a list of its own
         self._env_obs = [s.obs for s in states]

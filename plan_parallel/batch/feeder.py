@@ -62,16 +62,19 @@ class Feeder:
         self.waiting.append(fut)
         return True
 
-    def next_batch(self, worker: int) -> BatchFuture | None:
-        """The oldest batch that still has a chunk to send to worker ``worker`` (settled ones are skipped).
+    def next_batch(self, worker: int, slot: Slot) -> BatchFuture | None:
+        """The oldest batch that still has a chunk to send to worker ``worker`` (settled ones are skipped),
+        when that chunk may join the worker's queue (``slot``'s) now; else None.
 
-        A batch goes to its first ``max_workers`` workers only (a shared batch leaves a core to this process).
+        A batch goes to its first ``max_workers`` workers only (a shared batch leaves a core to this process),
+        and a shared batch's chunk to an idle worker only: this process takes the chunks no worker holds
+        (see :meth:`Placement.help_with`), and a chunk queued behind another would be taken from it.
         """
         while self.waiting and (not self.waiting[0].pending or self.waiting[0].settled):
             self.waiting.popleft()
         for fut in self.waiting:
             if fut.pending and not fut.settled and worker < fut.max_workers:
-                return fut
+                return fut if fut.helper is None or not slot.queue else None
         return None
 
     def fill(self, slots: list[Slot], next_id: Callable[[], int]) -> None:
@@ -79,16 +82,9 @@ class Feeder:
         for _ in range(QUEUED_PER_WORKER):
             for i, slot in enumerate(slots):
                 if slot.state in (SlotState.READY, SlotState.STARTING) and len(slot.queue) < QUEUED_PER_WORKER:
-                    fut = self.next_batch(i)
-                    if fut is not None and self.may_queue(slot, fut):
+                    fut = self.next_batch(i, slot)
+                    if fut is not None:
                         self.feed(slot, fut, next_id)
-
-    @staticmethod
-    def may_queue(slot: Slot, fut: BatchFuture) -> bool:
-        """May ``fut``'s next chunk join ``slot``'s queue now? A shared batch's chunk goes to an idle worker
-        only: this process takes the chunks no worker holds (see :meth:`Placement.help_with`), and a
-        chunk queued behind another would be taken from it."""
-        return fut.helper is None or not slot.queue
 
     def feed(self, slot: Slot, fut: BatchFuture, next_id: Callable[[], int]) -> None:
         """Send ``fut``'s next chunk to ``slot`` (after a set_state to the batch's start, if it needs one)."""

@@ -301,8 +301,8 @@ class WorkerPool:
             slot.answered(part)
             self.feeder.release_slab(part)  # last: interrupted before, the part is sent again into it
             if len(slot.queue) < QUEUED_PER_WORKER and self._broken is None:
-                fut = self.feeder.next_batch(i)
-                if fut is not None and self.feeder.may_queue(slot, fut):
+                fut = self.feeder.next_batch(i, slot)
+                if fut is not None:
                     self.feeder.feed(slot, fut, self._next_id)
         how = slot.worker.dead()
         if how is not None and slot.state in (SlotState.READY, SlotState.STARTING):
