@@ -109,6 +109,33 @@ def test_rollout_chunks_rebuild_the_inline_batch(make_inline, server, with_slab)
 
 
 @pytest.mark.timeout(60)
+@pytest.mark.parametrize("with_slab", [True, False], ids=["slab", "no-slab"])
+def test_numpy_scalar_infos_travel_as_columns_and_come_back_equal_in_value_and_type(make_inline, with_slab) -> None:
+    """MuJoCo's infos (numpy scalars) travel as one column per key: in the slab when it has room (the reply
+    carries no array to unpickle), else in the message; rebuilt, each dict equals inline's, value and type."""
+    env = make_inline("HalfCheetah-v5")
+    states = start_states(env, 4)[:4]
+    actions = np.zeros((4, 6), dtype=np.float32)
+    oracle = env.step_batch(actions, states)
+    server = Server(pp.make("HalfCheetah-v5", backend="inline"))
+    try:
+        pool = SlabPool()
+        req, slab = encode(Job(4, actions, states, 1, None), 0, 4, 4096, pool.acquire if with_slab else None)
+        reply = through_the_wire(server, Call(3, Op.STEP_BATCH, (req,))).value
+        tag, keys, columns = reply.infos
+        assert tag == "cols" and keys == [k for k in oracle.infos[0] if k != "n_steps"]
+        assert all((columns[k] is None) == with_slab for k in keys), columns
+        gather = Job(4, actions, states, 1, None).gatherer(env.observation_space)
+        gather.absorb(0, 4, reply, read_columns(slab, reply.layout, views=("obs",)))
+        got = gather.result().infos
+        assert got == oracle.infos
+        assert [[type(v) for v in i.values()] for i in got] == [[type(v) for v in i.values()] for i in oracle.infos]
+        pool.close()
+    finally:
+        server.close()
+
+
+@pytest.mark.timeout(60)
 def test_observations_in_the_message_travel_as_one_array(make_inline, server) -> None:
     """Without slab room (Ray workers; rows larger than the slab) a chunk's observations are one array in
     its reply: one buffer to pickle and to read back, not one per row. Rows that do not stack stay a list,

@@ -245,6 +245,7 @@ class StepGather:
         self.truncs = np.empty(n, dtype=bool)
         self.infos: list = [None] * n
         self.steps = np.zeros(n, dtype=np.int64)
+        self._chunk_steps: dict[int, int] = {}  # lo -> env steps of chunk lo.. (a replayed chunk counts once)
         self.obs_arr: np.ndarray | None = None  # while every chunk's observations stack alike
         self.obs_list: list | None = None  # otherwise, one per item
         self.lent: np.ndarray | None = None  # the lent slab's array the workers write into (see lend)
@@ -252,7 +253,7 @@ class StepGather:
 
     @property
     def total_steps(self) -> int:
-        return int(self.steps.sum())
+        return sum(self._chunk_steps.values())  # not self.steps.sum(): numpy's call costs more than a few ints
 
     def _put_obs(self, lo: int, hi: int, column: np.ndarray | None, rows: list | None) -> None:
         if column is None and rows and self.obs_list is None and _same_arrays(rows):
@@ -301,9 +302,11 @@ class StepGather:
         elif self.obs_list is not None:  # written into self.lent, but an earlier chunk's did not fit it
             self.obs_list[lo:hi] = list(self.lent[lo:hi])  # type: ignore[index]
         self.state_parts[lo] = (hi, state_maker(reply.states, cols, ""))
-        infos = unpack_infos(reply.infos, m)
-        for info, k in zip(infos, n_steps.tolist()):
+        infos = unpack_infos(reply.infos, m, cols)
+        steps = n_steps.tolist()
+        for info, k in zip(infos, steps):
             info["n_steps"] = k
+        self._chunk_steps[lo] = sum(steps)
         self.infos[lo:hi] = infos
         self.ranges.append((lo, hi))
 
@@ -312,12 +315,14 @@ class StepGather:
         self.rewards[lo:hi] = rewards
         self.terms[lo:hi] = terms
         self.truncs[lo:hi] = truncs
-        self.steps[lo:hi] = [info["n_steps"] for info in infos]
+        steps = [info["n_steps"] for info in infos]
+        self.steps[lo:hi] = steps
         self._put_obs(lo, hi, None, obs)
         self.state_parts[lo] = (hi, states)
         self.infos[lo:hi] = infos
         self.ranges.append((lo, hi))
-        return int(self.steps[lo:hi].sum())
+        taken = self._chunk_steps[lo] = sum(steps)
+        return taken
 
     def result(self) -> StepBatch:
         """The :class:`StepBatch`; the states' observations are read-only rows of its ``observations``.
@@ -394,7 +399,7 @@ class RolloutGather:
             all_obs = [[s.obs for s in row] for row in all_states]
         parts = RolloutParts(
             states, [s.obs for s in states], rewards, terms.tolist(), truncs.tolist(), n_steps.tolist(),
-            unpack_infos(reply.infos, m), all_states, all_obs,
+            unpack_infos(reply.infos, m, cols), all_states, all_obs,
         )
         self._keep(lo, hi, parts)
 

@@ -16,8 +16,10 @@ from plan_parallel.state.sim_blobs import sim_blobs
 from plan_parallel.wire.messages import ChunkReply
 from plan_parallel.wire.slabs import BLOB_BYTES, ArrayWriter, rows_fit
 
-__all__ = ["OUTCOMES", "listed_rows", "pack_infos", "pack_outcomes", "pack_states", "shared_equal", "stack_rows",
+__all__ = ["INFO_PREFIX", "OUTCOMES", "listed_rows", "pack_infos", "pack_outcomes", "pack_states", "shared_equal", "stack_rows",
            "state_maker", "unpack_infos", "unpack_outcomes", "unpack_states"]
+
+INFO_PREFIX = "info:"  # the slab column of an info key that pack_infos put there is this + the key
 
 
 def pack_states(states: Sequence[State], w: ArrayWriter, prefix: str, with_obs: bool) -> dict[str, Any]:
@@ -149,11 +151,14 @@ def _packed_state(rest: dict[str, Any], cols: dict[str, np.ndarray], prefix: str
     return lambda u, obs: State(kind, sims[u], extra[u], rng[u], wrappers[u], obs)  # type: ignore[index]
 
 
-def pack_infos(infos: list[dict]) -> Any:
-    """Infos for the wire: None when all empty; numpy-scalar values as one array per key.
+def pack_infos(infos: list[dict], w: ArrayWriter | None = None) -> Any:
+    """Infos for the wire: None when all empty; numpy-scalar values as one array per key, in ``w``'s slab
+    when it has room (then None in the message, the column named :data:`INFO_PREFIX` + key).
 
     Unpickling thousands of numpy scalars (MuJoCo's infos hold several per
-    step) costs more than the step itself; as columns they cost one array each.
+    step) costs more than the step itself; as columns they cost one array each,
+    and a column in the slab costs no unpickling at all (HalfCheetah, 32 items:
+    a reply unpickled in 33 us with its 4 info arrays in it, 11 us without).
     Values of any other type travel as they are, so the rebuilt dicts are equal
     in value and type.
     """
@@ -169,20 +174,23 @@ def pack_infos(infos: list[dict]) -> Any:
         if issubclass(t, np.generic) and not issubclass(t, (np.object_, np.void, np.str_, np.bytes_)) and all(
             type(v) is t for v in vals
         ):
-            cols[k] = np.array(vals, dtype=t)
+            arr = np.array(vals, dtype=t)
+            cols[k] = None if w is not None and w.put_array(INFO_PREFIX + k, arr) else arr
         else:
             cols[k] = vals
     return ("cols", keys, cols)
 
 
-def unpack_infos(packed: Any, n: int) -> list[dict]:
-    """The list of dicts :func:`pack_infos` was given (fresh dicts)."""
+def unpack_infos(packed: Any, n: int, slab_cols: dict[str, np.ndarray] | None = None) -> list[dict]:
+    """The list of dicts :func:`pack_infos` was given (fresh dicts); columns it put in the slab are read
+    from ``slab_cols``."""
     if packed is None:
         return [{} for _ in range(n)]
     if isinstance(packed, list):
         return packed
     _, keys, cols = packed
-    per_key = [cols[k] if isinstance(cols[k], list) else list(cols[k]) for k in keys]
+    per_key = [cols[k] if isinstance(cols[k], list) else list(
+        slab_cols[INFO_PREFIX + k] if cols[k] is None else cols[k]) for k in keys]  # type: ignore[index]
     return [dict(zip(keys, vals)) for vals in zip(*per_key)]
 
 
