@@ -32,6 +32,10 @@ def test_split_by_cost_covers_the_batch_in_order_with_non_empty_balanced_chunks(
         # Balanced: no chunk costs more than a fair share plus one item's cost.
         fair = costs.sum() / len(chunks)
         assert max(costs[lo:hi].sum() for lo, hi in chunks) <= fair + costs.max()
+    if isinstance(dt, int) and chunks:
+        # Items of one cost: sizes differ by one at most, the larger first (taken first by the workers).
+        sizes = [hi - lo for lo, hi in chunks]
+        assert sizes == sorted(sizes, reverse=True) and sizes[0] - sizes[-1] <= 1, sizes
 
 
 @pytest.mark.timeout(60)

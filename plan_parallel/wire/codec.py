@@ -41,17 +41,22 @@ __all__ = [
 def split_by_cost(dt: int | np.ndarray, n: int, w: int, funnel: bool = False) -> list[tuple[int, int]]:
     """Contiguous ``(start, stop)`` chunks of ``n`` items for ``w`` workers, balanced by sum of dt.
 
-    Every chunk is non-empty; there are ``min(n, w)`` of them. With ``funnel`` the
-    chunks halve in cost from both ends towards the middle (for a shared batch: the
-    workers take chunks from the front, this process from the back, and the last
-    chunks either side takes are the small ones, so neither is left waiting long
-    for the other's last chunk).
+    Every chunk is non-empty; there are ``min(n, w)`` of them. Items of one cost
+    (an int ``dt``) make chunks of sizes differing by one at most, the larger ones
+    first: the workers take chunks in turn as they finish, so the small ones come
+    last and even the load out (MCTS on Pong, 16 rollouts in 6 chunks on 2 workers:
+    sizes 3,2,3,3,2,3 left one worker 9 rollouts and the other 7; 3,3,3,3,2,2 gives
+    each 8). With ``funnel`` the chunks halve in cost from both ends towards the middle
+    (for a shared batch: the workers take chunks from the front, this process from
+    the back, and the last chunks either side takes are the small ones, so neither is
+    left waiting long for the other's last chunk).
     """
     k = min(n, w)
     if k == 0:
         return []
     if k == 1 or (isinstance(dt, int) and not funnel):
-        bounds = [round(i * n / k) for i in range(k + 1)]
+        size, larger = divmod(n, k)
+        bounds = list(accumulate([size + 1] * larger + [size] * (k - larger), initial=0))
     else:
         cum = np.cumsum(dt) if not isinstance(dt, int) else np.arange(1, n + 1) * dt
         shares = list(accumulate(0.5 ** min(j, k - 1 - j) if funnel else 1.0 for j in range(k)))
