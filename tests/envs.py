@@ -33,6 +33,7 @@ __all__ = [
     "CounterEnv",
     "DictObsEnv",
     "FaultyEnv",
+    "NumpyInfoEnv",
     "UnclonableEnv",
     "UnpicklableError",
 ]
@@ -84,6 +85,15 @@ class CounterEnv(gym.Env):
 
     def set_state(self, state: tuple) -> None:
         self.count, self.total, self.noise = state
+
+
+class NumpyInfoEnv(CounterEnv):
+    """:class:`CounterEnv` whose infos hold numpy scalars under keys that are not all strings."""
+
+    def step(self, action: Any) -> tuple:
+        obs, reward, terminated, truncated, _ = super().step(action)
+        info = {0: np.float64(self.noise), "count": np.int64(self.count), ("total",): np.float32(self.total)}
+        return obs, reward, terminated, truncated, info
 
 
 class DictObsEnv(gym.Env):

@@ -30,6 +30,7 @@ from plan_parallel.wire.messages import (
 )
 from plan_parallel.wire.slabs import ArrayWriter, Slab, SlabPool, read_columns
 from plan_parallel.workers.server import Server, answer
+from tests.envs import NumpyInfoEnv
 from tests.helpers import assert_tree_equal
 from tests.test_rollout import assert_rollouts_equal, noisy_balance_policy, start_states
 
@@ -133,6 +134,22 @@ def test_numpy_scalar_infos_travel_as_columns_and_come_back_equal_in_value_and_t
         pool.close()
     finally:
         server.close()
+
+
+@pytest.mark.timeout(60)
+def test_numpy_scalar_infos_under_keys_of_any_type_come_back_through_the_slab(make_inline) -> None:
+    """Info keys need not be strings: a column in the slab is named by the key's position."""
+    env = make_inline(NumpyInfoEnv)
+    s0, _, _ = env.reset(seed=1)
+    states, actions = [s0] * 3, np.array([0, 1, 2])
+    oracle = env.step_batch(actions, states)
+    server = Server(pp.make(NumpyInfoEnv, backend="inline"))
+    try:
+        got = run_job(server, Job(3, actions, states, 1, None), env.observation_space, True, chunks=[(0, 2), (2, 3)])
+    finally:
+        server.close()
+    assert got.infos == oracle.infos and list(got.infos[0]) == [0, "count", ("total",), "n_steps"]
+    assert [[type(v) for v in i.values()] for i in got.infos] == [[type(v) for v in i.values()] for i in oracle.infos]
 
 
 @pytest.mark.timeout(60)

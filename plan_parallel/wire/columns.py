@@ -19,7 +19,7 @@ from plan_parallel.wire.slabs import BLOB_BYTES, ArrayWriter, rows_fit
 __all__ = ["INFO_PREFIX", "OUTCOMES", "listed_rows", "pack_infos", "pack_outcomes", "pack_states", "shared_equal", "stack_rows",
            "state_maker", "unpack_infos", "unpack_outcomes", "unpack_states"]
 
-INFO_PREFIX = "info:"  # the slab column of an info key that pack_infos put there is this + the key
+INFO_PREFIX = "info:"  # the slab column of the j-th info key that pack_infos put there is this + str(j)
 
 
 def pack_states(states: Sequence[State], w: ArrayWriter, prefix: str, with_obs: bool) -> dict[str, Any]:
@@ -153,7 +153,8 @@ def _packed_state(rest: dict[str, Any], cols: dict[str, np.ndarray], prefix: str
 
 def pack_infos(infos: list[dict], w: ArrayWriter | None = None) -> Any:
     """Infos for the wire: None when all empty; numpy-scalar values as one array per key, in ``w``'s slab
-    when it has room (then None in the message, the column named :data:`INFO_PREFIX` + key).
+    when it has room (then None in the message, the column named :data:`INFO_PREFIX` + the key's position:
+    a key need not be a string).
 
     Unpickling thousands of numpy scalars (MuJoCo's infos hold several per
     step) costs more than the step itself; as columns they cost one array each,
@@ -167,15 +168,15 @@ def pack_infos(infos: list[dict], w: ArrayWriter | None = None) -> Any:
     keys = list(infos[0])
     if any(list(i) != keys for i in infos):
         return infos
-    cols: dict[str, Any] = {}
-    for k in keys:
+    cols: dict[Any, Any] = {}
+    for j, k in enumerate(keys):
         vals = [i[k] for i in infos]
         t = type(vals[0])
         if issubclass(t, np.generic) and not issubclass(t, (np.object_, np.void, np.str_, np.bytes_)) and all(
             type(v) is t for v in vals
         ):
             arr = np.array(vals, dtype=t)
-            cols[k] = None if w is not None and w.put_array(INFO_PREFIX + k, arr) else arr
+            cols[k] = None if w is not None and w.put_array(f"{INFO_PREFIX}{j}", arr) else arr
         else:
             cols[k] = vals
     return ("cols", keys, cols)
@@ -190,7 +191,7 @@ def unpack_infos(packed: Any, n: int, slab_cols: dict[str, np.ndarray] | None = 
         return packed
     _, keys, cols = packed
     per_key = [cols[k] if isinstance(cols[k], list) else list(
-        slab_cols[INFO_PREFIX + k] if cols[k] is None else cols[k]) for k in keys]  # type: ignore[index]
+        slab_cols[f"{INFO_PREFIX}{j}"] if cols[k] is None else cols[k]) for j, k in enumerate(keys)]  # type: ignore[index]
     return [dict(zip(keys, vals)) for vals in zip(*per_key)]
 
 
