@@ -56,7 +56,7 @@ def run_job(server: Server, job: Job, space: Any, with_slab: bool, chunks: list[
             req, slab = encode(job, lo, hi, per_out, pool.acquire if with_slab else None)
             reply = through_the_wire(server, Call(7, job.op, (req,)))
             assert reply.id == 7 and reply.error is None, reply.error and pickle.loads(reply.error)[1]
-            cols = read_columns(slab, reply.value.layout, views=("obs", "all_obs"))
+            cols = read_columns(slab, reply.value.layout, views=gather.views)
             gather.absorb(lo, hi, reply.value, cols)
             if slab is not None:
                 pool.release(slab)
@@ -127,7 +127,7 @@ def test_numpy_scalar_infos_travel_as_columns_and_come_back_equal_in_value_and_t
         assert tag == "cols" and keys == [k for k in oracle.infos[0] if k != "n_steps"]
         assert all((columns[k] is None) == with_slab for k in keys), columns
         gather = Job(4, actions, states, 1, None).gatherer(env.observation_space)
-        gather.absorb(0, 4, reply, read_columns(slab, reply.layout, views=("obs",)))
+        gather.absorb(0, 4, reply, read_columns(slab, reply.layout, views=gather.views))
         got = gather.result().infos
         assert got == oracle.infos
         assert [[type(v) for v in i.values()] for i in got] == [[type(v) for v in i.values()] for i in oracle.infos]

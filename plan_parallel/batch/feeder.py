@@ -121,8 +121,9 @@ class Feeder:
         m = part.hi - part.lo
         kind = _results_kind(part.future.job)  # type: ignore[arg-type]
         self._out_per_item[kind] = max(self._out_per_item.get(kind, 0), -(-reply.needed // m) + 64)
-        cols = read_columns(part.slab, reply.layout, views=("obs", "all_obs"))
-        part.future.gather.absorb(part.lo, part.hi, reply, cols)  # type: ignore[union-attr]
+        gather = part.future.gather
+        assert gather is not None, "a batch's chunk is gathered"
+        gather.absorb(part.lo, part.hi, reply, read_columns(part.slab, reply.layout, views=gather.views))
 
     def release_slab(self, part: Part) -> None:
         """An answered part's slab goes back to the pool for the next chunk (its lease counts it done)."""

@@ -23,7 +23,15 @@ from plan_parallel.loops import RolloutParts, to_rollout_batch
 from plan_parallel.results import RolloutBatch, StepBatch, share_observations, stack_observations
 from plan_parallel.state import State
 from plan_parallel.state.state_batch import StateBatch
-from plan_parallel.wire.columns import listed_rows, pack_states, state_maker, unpack_infos, unpack_outcomes, unpack_states
+from plan_parallel.wire.columns import (
+    OUTCOMES,
+    listed_rows,
+    pack_states,
+    state_maker,
+    unpack_infos,
+    unpack_outcomes,
+    unpack_states,
+)
 from plan_parallel.wire.messages import ChunkReply, ChunkRequest, Op, RolloutSpec
 from plan_parallel.wire.slabs import ALIGN, ArrayWriter, Slab, rows_fit
 
@@ -219,7 +227,13 @@ def _same_arrays(rows: list) -> bool:
 
 
 class Gather(Protocol):
-    """Absorbs chunk replies in any order; builds the batch's result in input order."""
+    """Absorbs chunk replies in any order; builds the batch's result in input order.
+
+    ``views``: the slab columns its :meth:`absorb` copies where they belong before it returns, so they
+    are read as views of the slab (:func:`~plan_parallel.wire.slabs.read_columns`), not copied twice.
+    """
+
+    views: tuple[str, ...]
 
     @property
     def total_steps(self) -> int:
@@ -240,6 +254,11 @@ class StepGather:
 
     Absorbing a chunk twice (a replayed chunk) writes the same rows again.
     """
+
+    # The observations and per-item outcomes are copied into this batch's arrays at once (in situ
+    # each small column copied out of the slab cost ~10 us of the caller's CPU: 2 CartPole items,
+    # 4 outcome columns of 6 read per reply).
+    views: tuple[str, ...] = ("obs", *OUTCOMES)
 
     def __init__(self, n: int, observation_space: spaces.Space) -> None:
         self.n = n
@@ -360,6 +379,8 @@ class StepGather:
 
 class RolloutGather:
     """The results of a rollout_batch, chunk by chunk as replies arrive (in any order)."""
+
+    views: tuple[str, ...] = ("obs", "all_obs")  # copied out at once (the rewards are kept: read as copies)
 
     def __init__(self, n: int, observation_space: spaces.Space, spec: RolloutSpec) -> None:
         self.space = observation_space
