@@ -14,7 +14,8 @@ from typing import Any
 
 from plan_parallel.batch.future import BatchFuture
 from plan_parallel.batch.parts import Part, Slot, SlotState
-from plan_parallel.wire.codec import Job, RolloutGather, StepGather, encode, out_bytes_guess, split_by_cost
+from plan_parallel.wire.codec import Job, encode, out_bytes_guess, split_by_cost
+from plan_parallel.wire.gather import RolloutGather, StepGather
 from plan_parallel.wire.leases import LeasePool, row_layout
 from plan_parallel.wire.messages import Call, ChunkReply, Op
 from plan_parallel.wire.slabs import SlabPool, read_columns

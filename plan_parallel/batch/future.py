@@ -5,7 +5,8 @@ from collections import deque
 from typing import TYPE_CHECKING, Any
 
 from plan_parallel.interrupts import ctrl_c_deferred
-from plan_parallel.wire.codec import Gather, Job
+from plan_parallel.wire.codec import Job
+from plan_parallel.wire.gather import Gather
 
 if TYPE_CHECKING:
     from plan_parallel.batch.parts import Part
