@@ -119,8 +119,8 @@ def test_numpy_scalar_infos_travel_as_columns_and_come_back_equal_in_value_and_t
     actions = np.zeros((4, 6), dtype=np.float32)
     oracle = env.step_batch(actions, states)
     server = Server(pp.make("HalfCheetah-v5", backend="inline"))
+    pool = SlabPool()
     try:
-        pool = SlabPool()
         req, slab = encode(Job(4, actions, states, 1, None), 0, 4, 4096, pool.acquire if with_slab else None)
         reply = through_the_wire(server, Call(3, Op.STEP_BATCH, (req,))).value
         tag, keys, columns = reply.infos
@@ -131,8 +131,8 @@ def test_numpy_scalar_infos_travel_as_columns_and_come_back_equal_in_value_and_t
         got = gather.result().infos
         assert got == oracle.infos
         assert [[type(v) for v in i.values()] for i in got] == [[type(v) for v in i.values()] for i in oracle.infos]
-        pool.close()
     finally:
+        pool.close()
         server.close()
 
 

@@ -190,8 +190,13 @@ def unpack_infos(packed: Any, n: int, slab_cols: dict[str, np.ndarray] | None = 
     if isinstance(packed, list):
         return packed
     _, keys, cols = packed
-    per_key = [cols[k] if isinstance(cols[k], list) else list(
-        slab_cols[f"{INFO_PREFIX}{j}"] if cols[k] is None else cols[k]) for j, k in enumerate(keys)]  # type: ignore[index]
+
+    def values(j: int, column: Any) -> list:
+        if isinstance(column, list):
+            return column
+        return list(slab_cols[f"{INFO_PREFIX}{j}"] if column is None else column)  # type: ignore[index]
+
+    per_key = [values(j, cols[k]) for j, k in enumerate(keys)]
     return [dict(zip(keys, vals)) for vals in zip(*per_key)]
 
 

@@ -81,7 +81,6 @@ class StepGather:
         self.terms = np.empty(n, dtype=bool)
         self.truncs = np.empty(n, dtype=bool)
         self.infos: list = [None] * n
-        self.steps = np.zeros(n, dtype=np.int64)
         self._chunk_steps: dict[int, int] = {}  # lo -> env steps of chunk lo.. (a replayed chunk counts once)
         self.obs_arr: np.ndarray | None = None  # while every chunk's observations stack alike
         self.obs_list: list | None = None  # otherwise, one per item
@@ -90,7 +89,7 @@ class StepGather:
 
     @property
     def total_steps(self) -> int:
-        return sum(self._chunk_steps.values())  # not self.steps.sum(): numpy's call costs more than a few ints
+        return sum(self._chunk_steps.values())
 
     def _put_obs(self, lo: int, hi: int, column: np.ndarray | None, rows: list | None) -> None:
         if column is None and rows and self.obs_list is None and _same_arrays(rows):
@@ -129,7 +128,6 @@ class StepGather:
         self.rewards[lo:hi] = rewards
         self.terms[lo:hi] = terms
         self.truncs[lo:hi] = truncs
-        self.steps[lo:hi] = n_steps
         if not reply.obs_written:
             listed = reply.obs
             if isinstance(listed, np.ndarray):  # one array in the message (stack_rows): taken as the column
@@ -152,13 +150,11 @@ class StepGather:
         self.rewards[lo:hi] = rewards
         self.terms[lo:hi] = terms
         self.truncs[lo:hi] = truncs
-        steps = [info["n_steps"] for info in infos]
-        self.steps[lo:hi] = steps
         self._put_obs(lo, hi, None, obs)
         self.state_parts[lo] = (hi, states)
         self.infos[lo:hi] = infos
         self.ranges.append((lo, hi))
-        taken = self._chunk_steps[lo] = sum(steps)
+        taken = self._chunk_steps[lo] = sum(info["n_steps"] for info in infos)
         return taken
 
     def result(self) -> StepBatch:

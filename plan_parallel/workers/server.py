@@ -143,7 +143,8 @@ class Server:
             truncations=np.array(truncs, dtype=bool),
             n_steps=np.fromiter((i.pop("n_steps") for i in infos), dtype=np.int64, count=req.n),
         )
-        return ChunkReply(**outcomes, states=packed, obs=listed, infos=pack_infos(infos, w), layout=w.layout,
+        info_cols = pack_infos(infos, w)  # before w.needed is read: its columns count
+        return ChunkReply(**outcomes, states=packed, obs=listed, infos=info_cols, layout=w.layout,
                           needed=w.needed - req.out_offset, obs_written=written)
 
     def _policy(self, blob: bytes | None) -> Any:
@@ -174,7 +175,8 @@ class Server:
             w, rewards=parts.rewards, terminations=np.array(parts.terminations, dtype=bool),
             truncations=np.array(parts.truncations, dtype=bool), n_steps=np.array(parts.n_steps, dtype=np.int64),
         )
-        return ChunkReply(**outcomes, states=packed, obs=listed, infos=pack_infos(parts.infos, w), layout=w.layout,
+        info_cols = pack_infos(parts.infos, w)  # before w.needed is read: its columns count
+        return ChunkReply(**outcomes, states=packed, obs=listed, infos=info_cols, layout=w.layout,
                           needed=w.needed - req.out_offset, all_states=all_packed, all_obs=all_listed,
                           obs_written=written)
 
