@@ -9,9 +9,9 @@ import numpy as np
 
 from plan_parallel.bench import make_workload, raw_loop
 from plan_parallel.bench_ceiling import RawCrew, parallel_ceiling
-from plan_parallel.bench_timing import calls_lasting, measure
+from plan_parallel.bench_timing import Timing, calls_lasting, measure
 
-__all__ = ["CASES", "bench_process", "fixed_cost"]
+__all__ = ["CASES", "bench_process", "cpu_bound", "fixed_cost"]
 
 # (label, env id, kwargs): Pong with RGB observations and frameskip 1, as the issue asks.
 CASES: list[tuple[str, str, dict[str, Any]]] = [
@@ -19,6 +19,19 @@ CASES: list[tuple[str, str, dict[str, Any]]] = [
     ("Pong RGB fs1", "ALE/Pong-v5", {"frameskip": 1}),
     ("HalfCheetah-v5", "HalfCheetah-v5", {}),
 ]
+
+
+def cpu_bound(inline: Timing, parallel: Timing, cores: int) -> float:
+    """The most ``parallel`` can gain over ``inline`` with the CPU it spent: in the wall time of one inline
+    item, ``cores`` cores supply ``cores`` times that much CPU, and each ``parallel`` item takes the caller's
+    and the workers' CPU.
+
+    Both CPU figures are measured while the processes ran, so a worker slowed by its neighbour on the
+    other core counts at its slowed cost. A ratio under the bound is time the cores were idle (waiting
+    for a message, a worker with nothing queued); one near it can only rise if an item costs less CPU.
+    """
+    spent = parallel.caller_cpu + parallel.worker_cpu
+    return cores * inline.wall / spent if spent > 0 else float("nan")
 
 
 def fixed_cost(env: Any, state: Any, repeats: int) -> float:
@@ -66,7 +79,9 @@ def bench_process(repeats: int, quick: bool, workers: int,
     backend (default options) and the process backend with every batch on the workers; items/s, ratios,
     the row's own ceiling, and the CPU per item of the caller and of the workers (``cases``: :data:`CASES`)."""
     import plan_parallel as pp
+    from plan_parallel.batch.tuner import usable_cores
 
+    cores = usable_cores()
     sizes = (8, 64) if quick else (8, 64, 512)
     dts = (1,) if quick else (1, 4)
     lines = [
@@ -76,11 +91,12 @@ def bench_process(repeats: int, quick: bool, workers: int,
         "the same turn; cpu: microseconds per item, caller (c) and workers (w)",
         f"ceiling: the raw loop in {workers} processes at once ÷ the raw loop, in the same samples (what {workers} "
         "processes can gain here, now); eff: proc/inl ÷ ceiling; raw cpu xW: the CPU a raw item costs with every "
-        "process busy ÷ alone",
+        f"process busy ÷ alone; wrk bound: what the CPU spent allows workers only, {cores} cores ÷ "
+        "(caller + workers CPU per item) x inline's seconds per item (see cpu_bound)",
         f"parallel ceiling now: {workers} busy processes run {parallel_ceiling(workers):.2f}x one",
         f"{'workload':<15} {'B':>4} {'dt':>2} {'raw/s':>8} {'inline/s':>8} {'process/s':>9} {'workers/s':>9} "
         f"{'inl/raw':>7} {'proc/raw':>8} {'proc/inl':>8} {'wrk/inl':>7} {'ceiling':>7} {'eff':>5} {'raw cpu xW':>10}"
-        f"  {'proc c/w us':>12}  {'wrk c/w us':>12}  process batches here/shared % (warm-up included)",
+        f" {'wrk bound':>9}  {'proc c/w us':>12}  {'wrk c/w us':>12}  process batches here/shared % (warm-up included)",
     ]
     fixed = []
     for label, env_id, kw in cases or CASES:
@@ -111,12 +127,13 @@ def bench_process(repeats: int, quick: bool, workers: int,
                     ceiling = t["crew"].speedup(t["raw"]) * workers * calls  # a crew call runs W * calls raw loops
                     inflation = (t["crew"].worker_cpu / items["crew"]) / (t["raw"].caller_cpu / b)
                     proc_inl = t["process"].speedup(t["inline"])
+                    bound = cpu_bound(t["inline"], t["workers"], cores)
                     lines.append(
                         f"{label:<15} {b:>4} {dt:>2} {rate['raw']:>8,.0f} {rate['inline']:>8,.0f} "
                         f"{rate['process']:>9,.0f} {rate['workers']:>9,.0f} {t['inline'].speedup(t['raw']):>7.2f} "
                         f"{t['process'].speedup(t['raw']):>8.2f} {proc_inl:>8.2f} "
                         f"{t['workers'].speedup(t['inline']):>7.2f} {ceiling:>7.2f} "
-                        f"{proc_inl / ceiling:>5.2f} {inflation:>10.2f}"
+                        f"{proc_inl / ceiling:>5.2f} {inflation:>10.2f} {bound:>9.2f}"
                         f"  {cpu['process']:>12}  {cpu['workers']:>12}  {_placed(before, proc.stats)}"
                     )
             fixed.append(f"{label}: {fixed_cost(strict, states[0], repeats) * 1e6:.0f} us")

@@ -49,6 +49,20 @@ def test_the_process_suite_prints_each_rows_own_ceiling_beside_its_ratios() -> N
         proc_inl, ceiling, eff = float(r[9]), float(r[11]), float(r[12])
         assert 0.2 < ceiling < 4.0, r  # the crew ran: W processes, each as fast as one or a few times slower
         assert eff == pytest.approx(proc_inl / ceiling, abs=0.02), r
+    assert header.split()[16:18] == ["wrk", "bound"], header
+    for r in rows:
+        assert 0.0 < float(r[14]) < 8.0, r  # 2 cores' worth of the workers' and the caller's CPU, per inline item
+
+
+def test_the_cpu_bound_is_the_cores_time_over_the_cpu_an_item_spends_in_every_process() -> None:
+    """Inline takes 100 us an item; on the workers an item costs 20 us of the caller's CPU and 130 us of
+    the workers': 2 cores supply 200 us of CPU per 100 us, enough for 200 / 150 of an item."""
+    from plan_parallel.bench_process import cpu_bound
+    from plan_parallel.bench_timing import Timing
+
+    inline = Timing(100e-6, 100e-6, 0.0)
+    assert cpu_bound(inline, Timing(60e-6, 20e-6, 130e-6), 2) == pytest.approx(200 / 150)
+    assert cpu_bound(inline, Timing(60e-6, 20e-6, 130e-6), 4) == pytest.approx(400 / 150)
 
 
 @pytest.mark.timeout(120)
