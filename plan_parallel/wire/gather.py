@@ -195,9 +195,13 @@ class RolloutGather:
         self.space = observation_space
         self.spec = spec
         self.chunks: dict[int, tuple[int, RolloutParts]] = {}  # lo -> (hi, parts)
-        self.total_steps = 0
+        self._chunk_steps: dict[int, int] = {}  # lo -> env steps of chunk lo.. (a replayed chunk counts once)
         self.lent: np.ndarray | None = None  # the final observations' lent rows (see StepGather.lend)
         self.all_lent = True  # every chunk's final observations are rows of self.lent
+
+    @property
+    def total_steps(self) -> int:
+        return sum(self._chunk_steps.values())
 
     def lend(self, rows: np.ndarray) -> None:
         """Gather the final observations into ``rows`` (a lent slab's array, workers write into it); kept for life."""
@@ -245,14 +249,11 @@ class RolloutGather:
                 s.obs = o
             out = out._replace(observations=final)
         self._keep(lo, hi, out)
-        return int(sum(out.n_steps))
+        return self._chunk_steps[lo]
 
     def _keep(self, lo: int, hi: int, parts: RolloutParts) -> None:
-        old = self.chunks.get(lo)
-        if old is not None:
-            self.total_steps -= int(sum(old[1].n_steps))
         self.chunks[lo] = (hi, parts)
-        self.total_steps += int(sum(parts.n_steps))
+        self._chunk_steps[lo] = int(sum(parts.n_steps))
 
     def result(self) -> RolloutBatch:
         ordered = [self.chunks[lo][1] for lo in sorted(self.chunks)]

@@ -143,9 +143,13 @@ class Server:
             truncations=np.array(truncs, dtype=bool),
             n_steps=np.fromiter((i.pop("n_steps") for i in infos), dtype=np.int64, count=req.n),
         )
-        info_cols = pack_infos(infos, w)  # before w.needed is read: its columns count
-        return ChunkReply(**outcomes, states=packed, obs=listed, infos=info_cols, layout=w.layout,
-                          needed=w.needed - req.out_offset, obs_written=written)
+        return self._reply(w, req, outcomes, infos, states=packed, obs=listed, obs_written=written)
+
+    @staticmethod
+    def _reply(w: ArrayWriter, req: ChunkRequest, outcomes: dict, infos: list[dict], **fields: Any) -> ChunkReply:
+        """A chunk's reply: its info columns written to ``w`` last, then the slab layout and the bytes it needed."""
+        info_cols = pack_infos(infos, w)
+        return ChunkReply(**outcomes, infos=info_cols, layout=w.layout, needed=w.needed - req.out_offset, **fields)
 
     def _policy(self, blob: bytes | None) -> Any:
         """The policy a request ships (cloudpickled), unpickled once while the same bytes keep coming."""
@@ -175,10 +179,8 @@ class Server:
             w, rewards=parts.rewards, terminations=np.array(parts.terminations, dtype=bool),
             truncations=np.array(parts.truncations, dtype=bool), n_steps=np.array(parts.n_steps, dtype=np.int64),
         )
-        info_cols = pack_infos(parts.infos, w)  # before w.needed is read: its columns count
-        return ChunkReply(**outcomes, states=packed, obs=listed, infos=info_cols, layout=w.layout,
-                          needed=w.needed - req.out_offset, all_states=all_packed, all_obs=all_listed,
-                          obs_written=written)
+        return self._reply(w, req, outcomes, parts.infos, states=packed, obs=listed, all_states=all_packed,
+                           all_obs=all_listed, obs_written=written)
 
 
 def build_server(blob: bytes) -> tuple[Server, WorkerInfo]:
