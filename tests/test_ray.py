@@ -202,6 +202,24 @@ def test_large_pickled_states_several_chunks_per_actor() -> None:
         assert env.stats["restarts"] == 0
 
 
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("workers", [1, 2])
+def test_step_observations_are_copied_out_of_the_object_store(workers: int) -> None:
+    """A step chunk's observations reach the driver as a view of Ray's object store (not copied out
+    on arrival): the batch's observations must still be its own array, the states' rows of it, from
+    one chunk (the whole batch) and from several."""
+    with pp.make("CartPole-v1", backend="ray", n_workers=workers, small_batch_inline=False) as env, \
+            pp.make("CartPole-v1", backend="inline") as ref:
+        s0 = env.reset(seed=0)[0]
+        ref.reset(seed=0)
+        for n in (2, 64):
+            acts = np.arange(n) % 2
+            got = call_with_deadline(lambda: env.step_batch(acts, states=[s0] * n), 30.0, "batch")
+            assert_batches_equal(got, ref.step_batch(acts, states=[s0] * n))
+            assert got.observations.flags.owndata, "the batch's observations are a view of another buffer"
+            assert all(np.shares_memory(s.obs, got.observations) for s in got.states)
+
+
 # =========================================================================== past max_restarts, building, closing
 @pytest.mark.timeout(60)
 def test_crash_message_names_worker_pid_and_what_was_in_flight(oracle: pp.PlanEnv) -> None:
