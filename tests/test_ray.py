@@ -35,7 +35,9 @@ import pytest
 ray = pytest.importorskip("ray")
 
 import plan_parallel as pp  # noqa: E402
+from plan_parallel.batch import BatchEnv, Tuner  # noqa: E402
 from plan_parallel.errors import ClosedError, WorkerCrashedError  # noqa: E402
+from plan_parallel.factory import EnvFactory  # noqa: E402
 from tests import test_faults as faults  # noqa: E402 - the table and its helpers, shared with the process backend
 from tests.deadline import call_with_deadline  # noqa: E402
 from tests.envs import CounterEnv, FaultyEnv  # noqa: E402
@@ -190,8 +192,10 @@ def test_respawned_actors_get_the_current_state_back(oracle: pp.PlanEnv) -> None
 @pytest.mark.timeout(60)
 def test_large_pickled_states_several_chunks_per_actor() -> None:
     """400 KB opaque states each way, 3 chunks per actor: the workload that deadlocks the process
-    backend's pipes (tests/test_pipe_deadlock.py) goes through Ray's object store."""
-    with pp.make(BigStateEnv, backend="ray", n_workers=2, small_batch_inline=False, timeout=20.0) as env, \
+    backend's pipes (tests/test_pipe_deadlock.py) goes through Ray's object store. (Ray splits a
+    share in chunks of 250 ms: this tuner splits 24 steps of ~1 ms in 3 chunks an actor.)"""
+    tuner = Tuner(2, "workers", chunk_seconds=2e-3)
+    with BatchEnv(EnvFactory(BigStateEnv, {}), backend="ray", n_workers=2, timeout=20.0, tuner=tuner) as env, \
             pp.make(BigStateEnv, backend="inline") as ref:
         s0 = env.reset(seed=0)[0]
         assert s0 == ref.reset(seed=0)[0]
@@ -200,6 +204,7 @@ def test_large_pickled_states_several_chunks_per_actor() -> None:
             assert_batches_equal(call_with_deadline(lambda: env.step_batch(acts, states=[s0] * 24), 30.0, "batch"),
                                  ref.step_batch(acts, states=[s0] * 24))
         assert env.stats["restarts"] == 0
+        assert tuner.n_chunks(24, 24) == 6, "the second batch was split in 3 chunks an actor"
 
 
 @pytest.mark.timeout(60)

@@ -142,6 +142,17 @@ def test_chunks_one_per_worker_until_step_times_are_known_then_up_to_three() -> 
     assert t.n_chunks(5, 5) == 2  # too few items to split further
 
 
+def test_a_backend_with_costlier_chunks_splits_a_share_only_into_chunks_of_its_chunk_seconds() -> None:
+    t = Tuner(2, chunk_seconds=0.25)  # Ray's
+    t.learn_step(1e-3)
+    assert t.n_chunks(64, 64) == 2, "32 ms a worker: one chunk each"
+    assert t.n_chunks(512, 512) == 2, "256 ms a worker: one chunk each"
+    assert (t.n_chunks(1024, 1024), t.n_chunks(2048, 2048)) == (4, 6), "512 ms a worker: 2 chunks; 1 s: 3"
+    default = Tuner(2)
+    default.learn_step(1e-3)
+    assert default.n_chunks(512, 512) == 6, "the process backend's 10 ms chunks: 3 a worker"
+
+
 def test_a_shared_batch_counts_the_calling_process_as_one_more_worker_and_leaves_it_chunks() -> None:
     t = Tuner(2, cores=3)
     assert t.n_chunks(64, 64, share=True) == 5, "one more chunk than the 2 x 2 the workers hold queued"

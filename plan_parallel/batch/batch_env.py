@@ -113,7 +113,8 @@ class BatchEnv:
         self.stats.update({"items": 0, "batches": 0, "inline_batches": 0, "shared_batches": 0, "shared_items": 0,
                            "ipc_seconds": 0.0, "lent_batches": 0})
         self._placement = Placement(
-            self._pool, tuner or Tuner(n, "auto" if small_batch_inline and timeout is None else "workers"),
+            self._pool, tuner or Tuner(n, "auto" if small_batch_inline and timeout is None else "workers",
+                                       chunk_seconds=chosen.worker_type.chunk_seconds),
             lambda: PlanEnv(factory, adapter=adapter), self.stats)
         try:
             info = self._pool.start()

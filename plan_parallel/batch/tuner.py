@@ -21,9 +21,10 @@ FIRST_SAMPLES = 3  # each place is measured this many times before the fastest i
 # (twice), two in the bench's own alternation): the batches' time ÷ the best single place's, mean 1.063 and
 # at most 1.107, against 1.084 and 1.118 without the limit (1.090 and 1.158 before places were settled on).
 MAX_RISE = 1.1
-# A worker's share is split into chunks of at least this much env time. A chunk costs ~0.6-0.9 ms of
-# the calling process's CPU on a 2-core VM (Pong B=64 on W=2: 3 chunks a worker took 63-83 us of
-# caller CPU per item, 1 chunk 38-50 us, at the same or better wall time).
+# A worker's share is split into chunks of at least this much env time, unless its backend says
+# otherwise (Worker.chunk_seconds). A process worker's chunk costs ~0.6-0.9 ms of the calling
+# process's CPU on a 2-core VM (Pong B=64 on W=2: 3 chunks a worker took 63-83 us of caller CPU per
+# item, 1 chunk 38-50 us, at the same or better wall time).
 CHUNK_SECONDS = 10e-3
 # Env time worth a message of its own. On this 2-core VM a chunk costs the caller ~0.1-0.4 ms of CPU
 # (A/B, W=2 workers only, 100 us vs 1 ms: 2 CartPole items 1,006 vs 746 us a call, caller 805 vs 700;
@@ -81,6 +82,8 @@ class Tuner:
     Args:
         n_workers: the pool's worker count.
         cores: the cores this process may run on (default: its CPU affinity, or the CPU count).
+        chunk_seconds: the env time a chunk holds at least when a worker's share of a batch
+            is split in several (default: :data:`CHUNK_SECONDS`).
         mode: ``"auto"`` (measure each place per op and size class, take the
             fastest), or one of :data:`PLACES` for every batch: ``"workers"``,
             ``"here"`` (in the calling process; for tests and debugging) or
@@ -91,13 +94,15 @@ class Tuner:
         ValueError: unknown mode, or n_workers < 1.
     """
 
-    def __init__(self, n_workers: int, mode: str = "auto", cores: int | None = None) -> None:
+    def __init__(self, n_workers: int, mode: str = "auto", cores: int | None = None,
+                 chunk_seconds: float | None = None) -> None:
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
         if n_workers < 1:
             raise ValueError(f"n_workers must be >= 1, got {n_workers!r}")
         self.n_workers = n_workers
         self.mode = mode
+        self.chunk_seconds = CHUNK_SECONDS if chunk_seconds is None else chunk_seconds
         # A shared batch runs on the calling process and at most this many workers: one
         # process per core (on 2 cores, the caller and 1 worker ran Pong 1.41x inline, the
         # caller and 2 workers 1.20x: a third busy process only takes turns on the cores).
@@ -245,7 +250,7 @@ class Tuner:
         self.step_seconds = seconds_per_step if old is None else 0.8 * old + 0.2 * seconds_per_step
 
     def n_chunks(self, n: int, steps: int, share: bool = False) -> int:
-        """Chunks for a batch: one per worker, or up to 3 per worker when each still takes >= CHUNK_SECONDS;
+        """Chunks for a batch: one per worker, or up to 3 per worker when each still takes >= :attr:`chunk_seconds`;
         fewer than the workers when a chunk would hold under MIN_CHUNK_SECONDS of env time.
 
         More chunks than workers, handed out as workers finish, keep a worker
@@ -268,4 +273,4 @@ class Tuner:
         if work < w * MIN_CHUNK_SECONDS or n < 4 * w:
             return max(1, min(n, w, int(work // MIN_CHUNK_SECONDS)))
         per_worker = work / w
-        return min(n, w * int(max(1, min(3, per_worker // CHUNK_SECONDS))))
+        return min(n, w * int(max(1, min(3, per_worker // self.chunk_seconds))))

@@ -30,6 +30,10 @@ class Worker(Protocol):
     #: Bytes that may wait unread for a busy worker without a write blocking (None: no limit).
     max_queued_bytes: int | None
 
+    #: The env time a chunk holds at least when a worker's share of a batch is split in several (None:
+    #: the tuner's default, for workers whose chunk costs the calling process under a millisecond).
+    chunk_seconds: float | None
+
     #: What to do when the worker dies before building its env ("" when there is nothing to say).
     bootstrap_hint: str
 

@@ -125,6 +125,7 @@ class ExternalProcess:
         "env needs: define the env and its factory in an importable module, or pass context='fork'"
     )
     max_queued_bytes: int | None = PIPE_SAFE_BYTES
+    chunk_seconds: float | None = None
 
     def __init__(self, index: int, blob: bytes, context: str) -> None:
         self.index = index
