@@ -357,12 +357,14 @@ def _sticky_frames(u: Any, action: Any) -> tuple[float, bool, bool]:
         )
     else:
         wanted = (u._pp_action_ids[action], 1.0)
-    keep = rng.random(fs) < u._pp_sticky_p
+    p = u._pp_sticky_p
     prev = u._pp_sticky_prev
     ale = u.ale
     reward = 0.0
-    for k in keep:
-        if not k:
+    # The uniforms are compared as Python floats: with a numpy comparison (``rng.random(fs) < p``) before
+    # them, the same 4 frames of Pong took 406 us instead of 351 on this Xeon (the ufunc itself: ~1 us).
+    for x in rng.random(fs).tolist():
+        if not x < p:
             prev = wanted
         reward += ale.act(prev[0], prev[1])
     u._pp_sticky_prev = prev
