@@ -34,6 +34,8 @@ def test_the_mcts_suite_prints_decisions_per_second_on_both_backends() -> None:
     assert set(rows) == {"inline", "process"}, lines
     assert re.search(r"x inline 1\.00$", rows["inline"])
     assert float(rows["process"].split()[2]) > 0
+    ceiling, eff = re.search(r"ceiling (\d+\.\d\d)  eff (\d+\.\d\d)$", rows["process"]).groups()  # type: ignore[union-attr]
+    assert float(ceiling) > 0 and float(eff) > 0
 
 
 @pytest.mark.timeout(300)
