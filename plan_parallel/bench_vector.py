@@ -11,7 +11,9 @@ The vector envs take turns of :data:`TURN_STEPS` vector steps each, in rotation,
 through ``repeats`` passes over the pre-drawn actions: a change of the machine's
 speed (this VM's neighbours) lands on every contestant alike. Figures are env
 steps per second (vector steps x sub-envs) over all turns; each ratio is the
-median of the per-turn ratios to SyncVectorEnv (and to AsyncVectorEnv).
+median of the per-turn ratios to SyncVectorEnv (and to AsyncVectorEnv). The CPU column is
+the CPU time of this process and of the vector env's worker processes over all
+its turns, per env step: what an env step costs the machine, wherever it ran.
 """
 from __future__ import annotations
 
@@ -34,14 +36,21 @@ CASES: list[tuple[str, str, dict[str, Any], int, int, int]] = [
 ]
 
 
-def _runner(venv: Any) -> Callable[[np.ndarray], float]:
-    """A function that steps ``venv`` through some actions and returns the seconds it took."""
+def _runner(venv: Any, cpu: list[float]) -> Callable[[np.ndarray], float]:
+    """A function that steps ``venv`` through some actions and returns the seconds it took; the CPU
+    seconds of this process and of ``venv``'s workers are added to ``cpu[0]``."""
+    from plan_parallel.bench_timing import process_cpu_seconds
+
+    processes = getattr(venv, "processes", None)  # AsyncVectorEnv's workers
+    pids = [p.pid for p in processes] if processes is not None else getattr(getattr(venv, "plan_env", None), "pids", [])
 
     def run(actions: np.ndarray) -> float:
-        t0 = time.perf_counter()
+        w0, c0, t0 = process_cpu_seconds(pids), time.process_time(), time.perf_counter()
         for a in actions:
             venv.step(a)
-        return time.perf_counter() - t0
+        seconds = time.perf_counter() - t0
+        cpu[0] += time.process_time() - c0 + process_cpu_seconds(pids) - w0
+        return seconds
 
     return run
 
@@ -61,7 +70,7 @@ def bench_vector(repeats: int, quick: bool, workers: int,
         "AsyncVectorEnv)",
         "the machine has 2 cores shared with other work: ratios move with its load (see the ceiling)",
         f"parallel ceiling now: {workers} busy processes run {parallel_ceiling(workers):.2f}x one",
-        f"{'env':<16} {'vector env':<28} {'steps/s':>10} {'x Sync':>7} {'x Async':>8}",
+        f"{'env':<16} {'vector env':<28} {'steps/s':>10} {'x Sync':>7} {'x Async':>8} {'CPU us/env step':>15}",
     ]
     for label, env_id, kw, n_envs, steps, quick_steps in CASES if cases is None else cases:
         n_steps = quick_steps if quick else steps
@@ -78,10 +87,12 @@ def bench_vector(repeats: int, quick: bool, workers: int,
             space.seed(0)
             actions = np.array([space.sample() for _ in range(n_steps)])
             runs = {}
+            cpu = {name: [0.0] for name in venvs}
             for name, v in venvs.items():
                 v.reset(seed=0)
-                runs[name] = _runner(v)
+                runs[name] = _runner(v, cpu[name])
                 runs[name](actions)  # warm-up: first steps, and make_vec's cost estimates
+                cpu[name][0] = 0.0
             times: dict[str, list[float]] = {k: [] for k in runs}
             for _ in range(repeats):
                 for lo in range(0, n_steps, TURN_STEPS):
@@ -89,10 +100,11 @@ def bench_vector(repeats: int, quick: bool, workers: int,
                         times[k].append(run(actions[lo:lo + TURN_STEPS]))
             sync, asyn = times["SyncVectorEnv"], times["AsyncVectorEnv (shm)"]
             for k, ts in times.items():
-                rate = n_steps * repeats * n_envs / sum(ts)
+                env_steps = n_steps * repeats * n_envs
                 to_sync = statistics.median(s / t for s, t in zip(sync, ts))
                 to_async = statistics.median(a / t for a, t in zip(asyn, ts))
-                lines.append(f"{f'{label} x{n_envs}':<16} {k:<28} {rate:>10,.0f} {to_sync:>7.2f} {to_async:>8.2f}")
+                lines.append(f"{f'{label} x{n_envs}':<16} {k:<28} {env_steps / sum(ts):>10,.0f} {to_sync:>7.2f} "
+                             f"{to_async:>8.2f} {cpu[k][0] / env_steps * 1e6:>15.1f}")
         finally:
             for v in venvs.values():
                 v.close()
