@@ -11,9 +11,10 @@ from typing import Any
 
 import numpy as np
 
+from plan_parallel.action_inputs import check_action, check_actions
 from plan_parallel.errors import ClosedError, StateError
 from plan_parallel.factory import EnvFactory
-from plan_parallel.inputs import check_action, check_actions, check_dt, check_rollout, check_seed, check_seeds, check_states
+from plan_parallel.inputs import check_dt, check_rollout, check_seed, check_seeds, check_states
 from plan_parallel.loops import Policy, RolloutParts, UniformPolicy, run_items, run_rollouts, run_spread, to_rollout_batch
 from plan_parallel.results import RolloutBatch, StepBatch, step_batch_of
 from plan_parallel.state import Adapter, State, bind

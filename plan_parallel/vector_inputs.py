@@ -12,7 +12,8 @@ import numpy as np
 from gymnasium import spaces
 from gymnasium.vector.utils import batch_space, iterate
 
-from plan_parallel.inputs import check_actions, check_seed
+from plan_parallel.action_inputs import check_actions
+from plan_parallel.inputs import check_seed
 
 __all__ = [
     "check_autoreset_flags",
@@ -65,7 +66,7 @@ def check_vector_actions(single: spaces.Space, actions: Any, k: int, batched: di
 
     Returns:
         an array of shape ``(k, *single.shape)`` for array spaces (as
-        :func:`~plan_parallel.inputs.check_actions`), else a list of k actions.
+        :func:`~plan_parallel.action_inputs.check_actions`), else a list of k actions.
 
     Args:
         batched: a cache of ``batch_space(single, k)`` by k.

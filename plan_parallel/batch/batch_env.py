@@ -20,6 +20,7 @@ from typing import Any
 import cloudpickle
 import numpy as np
 
+from plan_parallel.action_inputs import check_action
 from plan_parallel.batch.future import BatchFuture
 from plan_parallel.batch.jobs import checked_job, rollout_job, step_job
 from plan_parallel.batch.parts import dumps
@@ -28,7 +29,7 @@ from plan_parallel.batch.pool import WorkerPool
 from plan_parallel.batch.tuner import Tuner
 from plan_parallel.env import PlanEnv
 from plan_parallel.errors import ClosedError, StateError
-from plan_parallel.inputs import check_action, check_dt, check_kind, check_seed
+from plan_parallel.inputs import check_dt, check_kind, check_seed
 from plan_parallel.loops import UniformPolicy
 from plan_parallel.results import RolloutBatch, StepBatch, stack_observations, step_batch_of
 from plan_parallel.state import State, StateBatch
