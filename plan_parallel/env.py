@@ -43,7 +43,7 @@ class PlanEnv:
 
     def __init__(self, factory: Callable[[], Any], adapter: type[Adapter] | None = None) -> None:
         self._factory = factory
-        self._env = factory()
+        self._env = getattr(factory, "build_to_bind", factory)()  # EnvFactory's: an ALE env loads its ROM once
         self._closed = False
         try:
             self._adapter = bind(self._env, adapter)

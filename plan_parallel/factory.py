@@ -51,12 +51,16 @@ def _quiet_mujoco_deprecations() -> Iterator[None]:
         mujoco.set_mju_user_warning(previous)
 
 
+def _is_ale_id(env_id: str) -> bool:
+    return env_id.startswith("ALE/") or "NoFrameskip" in env_id
+
+
 def quiet_build(env_id: str, spec: Any = None) -> contextlib.AbstractContextManager[None]:
     """Around building a built-in env: no ALE banner, no MuJoCo deprecations of gymnasium's own models.
 
     ``spec`` is the id's ``EnvSpec`` when the id may not be registered in this process.
     """
-    if env_id.startswith("ALE/") or "NoFrameskip" in env_id:
+    if _is_ale_id(env_id):
         # ALE's logger mode is process-wide and has no getter. ale_py's AtariEnv sets it to
         # Error itself, just after its ALEInterface printed the banner; setting it a moment
         # earlier drops the banner and leaves the mode exactly as gym.make leaves it.
@@ -72,7 +76,7 @@ def quiet_build(env_id: str, spec: Any = None) -> contextlib.AbstractContextMana
 
 def _register_third_party_envs(env_id: str) -> None:
     """Make ALE and MiniGrid ids known to gymnasium.make, when those packages are installed."""
-    if env_id.startswith("ALE/") or "NoFrameskip" in env_id:
+    if _is_ale_id(env_id):
         import ale_py
         import gymnasium as gym
 
@@ -137,6 +141,22 @@ class EnvFactory:
         env = self.env(**self.env_kwargs)
         if not isinstance(env, gym.Env):
             raise TypeError(f"the env callable {self.name} must return a gymnasium.Env, got {type(env).__name__}")
+        return env
+
+    def build_to_bind(self) -> Any:
+        """Build the env for an adapter to bind at once (:class:`~plan_parallel.env.PlanEnv`'s build).
+
+        An ALE env by id loads its ROM once instead of twice (~0.2 s less): its
+        sticky actions are drawn in Python from the start (see
+        :mod:`plan_parallel.state.ale_sticky`). Otherwise as calling the factory.
+        """
+        if not (isinstance(self.env, str) and _is_ale_id(self.env)):
+            return self()
+        from plan_parallel.state.ale_sticky import draw_sticky_in_python, loads_without_stickiness
+
+        with loads_without_stickiness():
+            env = self()
+        draw_sticky_in_python(env.unwrapped)
         return env
 
     def __repr__(self) -> str:

@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from plan_parallel.state.ale_sticky import sticky_quiet_step, take_over_stickiness
 from plan_parallel.state.core import Adapter, register_adapter
 from plan_parallel.state.sim_blobs import register_sim_blobs
 from plan_parallel.state.wrappers import direct_step
@@ -223,7 +224,7 @@ class AleAdapter(Adapter):
     last applied. To make it part of the state, binding an env with
     ``repeat_action_probability > 0`` moves stickiness into Python: ALE's own
     probability is set to 0 (the ROM is reloaded and the game state put back),
-    and the env's ``step`` is replaced by :func:`_sticky_step`, which draws one
+    and the env's ``step`` is replaced by :func:`~plan_parallel.state.ale_sticky.sticky_step`, which draws one
     uniform per frame from the env's ``np_random`` and repeats the previous
     effective action with the same probability (Machado et al. 2018, as ALE).
     The distribution is ALE's; the random stream is not, so a bound env does not
@@ -240,12 +241,12 @@ class AleAdapter(Adapter):
 
         self._state_type = ale_py.ALEState
         self._noop = ale_py.Action.NOOP.value
-        if "_pp_sticky_p" not in u.__dict__:
+        if "_pp_sticky_p" not in u.__dict__:  # else built by EnvFactory.build_to_bind: taken over already
             p = float(self._ale.getFloat("repeat_action_probability"))
             u._pp_sticky_p = p
             u._pp_sticky_prev = (self._noop, 1.0)
             if p > 0.0:
-                _take_over_stickiness(u)
+                take_over_stickiness(u, reload=True)
         self._sticky = u._pp_sticky_p > 0.0
         # How AtariEnv._get_obs reads the observation, as a call that writes it into a given array.
         read = _ALE_READ_INTO.get(getattr(u, "_obs_type", ""))
@@ -262,7 +263,7 @@ class AleAdapter(Adapter):
         # keeps AtariEnv.step); the screen is read, never written, by the observation.
         if not self._sticky:
             return None
-        return direct_step(self.env, functools.partial(_sticky_quiet_step, self.u))
+        return direct_step(self.env, functools.partial(sticky_quiet_step, self.u))
 
     def observe(self) -> tuple[Any, dict]:
         return self.u._get_obs(), self.u._get_info()
@@ -299,72 +300,6 @@ class AleAdapter(Adapter):
 
 
 _ALE_READ_INTO = {"rgb": "getScreenRGB", "grayscale": "getScreenGrayscale", "ram": "getRAM"}  # as AtariEnv._get_obs
-
-
-def _take_over_stickiness(u: Any) -> None:
-    """Set ALE's sticky probability to 0 and route ``u.step``/``u.reset`` through Python."""
-    ale = u.ale
-    snapshot = ale.cloneState(include_rng=True)
-    ale.setFloat("repeat_action_probability", 0.0)
-    u.load_game()  # settings are read when the ROM loads
-    ale.restoreState(snapshot)
-    native_reset = u.reset
-
-    def reset(*args: Any, **kwargs: Any) -> Any:
-        out = native_reset(*args, **kwargs)
-        u._pp_sticky_prev = (u._pp_noop, 1.0)  # ALE's softReset does the same
-        return out
-
-    import ale_py
-
-    # Actions kept as ints (ALE's act takes them): the previous action is part of every state,
-    # and an int pickles in a byte where an ale_py.Action unpickles through a call (~0.6 us).
-    u._pp_noop = ale_py.Action.NOOP.value
-    u._pp_action_ids = [a.value for a in u._action_set]
-    u.reset = reset
-    u.step = functools.partial(_sticky_step, u)
-
-
-def _sticky_step(u: Any, action: Any) -> tuple:
-    """``AtariEnv.step`` with sticky actions drawn from ``u.np_random`` (see AleAdapter)."""
-    reward, terminated, truncated = _sticky_frames(u, action)
-    return u._get_obs(), reward, terminated, truncated, u._get_info()
-
-
-def _sticky_quiet_step(u: Any, action: Any) -> tuple:
-    """:func:`_sticky_step` without the observation and info (None): a step whose observation no one reads."""
-    reward, terminated, truncated = _sticky_frames(u, action)
-    return None, reward, terminated, truncated, None
-
-
-def _sticky_frames(u: Any, action: Any) -> tuple[float, bool, bool]:
-    """The frames of one :func:`_sticky_step`: its reward, terminated and truncated."""
-    fs = u._frameskip
-    rng = u.np_random
-    if not isinstance(fs, int):
-        fs = int(rng.integers(*fs))
-    if u.continuous:
-        x = action[0] * np.cos(action[1])
-        y = action[0] * np.sin(action[1])
-        th = u.continuous_action_threshold
-        wanted = (
-            u.map_action_idx(
-                left_center_right=-int(x < -th) + int(x > th),
-                down_center_up=-int(y < -th) + int(y > th),
-                fire=bool(action[-1] > th),
-            ).value,
-            float(action[0]),
-        )
-    else:
-        wanted = (u._pp_action_ids[action], 1.0)
-    p, prev, ale, reward = u._pp_sticky_p, u._pp_sticky_prev, u.ale, 0.0
-    # As Python floats: a numpy comparison (rng.random(fs) < p, ~1 us) slowed the 4 Pong frames after it, 351 -> 406 us.
-    for x in rng.random(fs).tolist():
-        if not x < p:
-            prev = wanted
-        reward += ale.act(prev[0], prev[1])
-    u._pp_sticky_prev = prev
-    return reward, ale.game_over(with_truncation=False), ale.game_truncated()
 
 
 register_adapter(AleAdapter)
