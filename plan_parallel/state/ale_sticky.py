@@ -66,7 +66,7 @@ def _install() -> None:
                 self.__dict__[_LOADED_AT_ZERO] = p
         return native(self, *args, **kwargs)
 
-    ale_env.AtariEnv.load_game = load_game
+    ale_env.AtariEnv.load_game = load_game  # type: ignore[method-assign]  # a wrapper of the same call
 
 
 def draw_sticky_in_python(u: Any) -> None:
