@@ -539,3 +539,44 @@ def test_of_two_workers_errors_the_earlier_items_is_raised_though_it_comes_later
             pp.make(SlowOrRaisingEnv, n_workers=2, small_batch_inline=False) as env:
         s = ref.reset(seed=0)[0]
         assert_fails_as_inline(lambda: ref.step_batch(actions, [s] * 4), lambda: env.step_batch(actions, [s] * 4), 1)
+
+
+# =========================================================================== the parent exits, the env never freed
+EXIT_CHILD = textwrap.dedent(
+    """
+    import sys, threading
+    import numpy as np
+    import plan_parallel as pp
+    from tests.envs import CounterEnv
+
+    env = pp.make(CounterEnv, n_workers=2, small_batch_inline=False, horizon=100)
+    s0 = env.reset(seed=0)[0]
+    env.step_batch(np.zeros(16, dtype=np.int64), [s0] * 16)
+    if sys.argv[1] == "daemon thread":  # a thread still refers to the env when the interpreter exits
+        threading.Thread(target=lambda kept=env: threading.Event().wait(60), daemon=True).start()
+    else:  # what an uncaught exception leaves behind, its frames holding the env
+        try:
+            raise RuntimeError("kept")
+        except RuntimeError as e:
+            e.env = env
+            sys.last_exc = e
+    print(" ".join(str(p) for p in env.pids), flush=True)
+    """
+)
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("holder", ["daemon thread", "sys.last_exc"])
+def test_an_env_alive_at_exit_is_closed_then(holder: str, tmp_path: Path) -> None:
+    """Not freed before the interpreter is torn down, the env is closed by the exit hook: its slabs are
+    unlinked by it (multiprocessing's resource tracker would warn of them) and its workers stop."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    r = subprocess.run([sys.executable, "-c", EXIT_CHILD, holder], cwd=ROOT, env=env, capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "leaked shared_memory" not in r.stderr, r.stderr[-2000:]
+    workers = [int(p) for p in r.stdout.split()]
+    deadline = time.monotonic() + 10.0
+    while any(psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE for p in workers):
+        assert time.monotonic() < deadline, f"workers {workers} outlived their parent by 10 s"
+        time.sleep(0.1)

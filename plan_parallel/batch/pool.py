@@ -31,6 +31,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from plan_parallel.batch.at_exit import close_at_exit
 from plan_parallel.batch.feeder import QUEUED_PER_WORKER, Feeder
 from plan_parallel.batch.future import BatchFuture
 from plan_parallel.batch.parts import START_TIMEOUT, Part, Slot, SlotState
@@ -80,6 +81,7 @@ class WorkerPool:
             "restarts": 0, "timeouts": 0, "busy_seconds": [0.0] * n, "env_seconds": 0.0,
             "stray_replies": 0, "interrupted": 0,
         }
+        close_at_exit(self)
 
     # ------------------------------------------------------------------ starting
     def start(self) -> WorkerInfo:
