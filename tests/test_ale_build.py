@@ -90,3 +90,22 @@ def test_an_env_another_thread_builds_meanwhile_keeps_ales_stickiness() -> None:
         assert _ale_probability(built[0]) == 0.25 and "_pp_loaded_at_zero" not in built[0].unwrapped.__dict__
     finally:
         built[0].close()
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("env_id", ["ALE/Pong-v5", "ALE/Breakout-v5", "ALE/Adventure-v5"])  # Adventure: ALE's RNG
+def test_a_seeded_reset_again_is_the_reset_a_fresh_env_makes(env_id: str) -> None:
+    """A bound env loads the ROM once per seed and restores that load's state for the seed later: the
+    reset states, and every step after them, are a fresh env's (which loads)."""
+    with pp.make(env_id, backend="inline") as env:
+        first = {seed: env.reset(seed=seed)[0] for seed in (4, 9)}
+        again = {seed: env.reset(seed=seed)[0] for seed in (9, 4, 9)}  # remembered loads, out of order
+        for seed in (4, 9):
+            with pp.make(env_id, backend="inline") as fresh:
+                want = fresh.reset(seed=seed)[0]
+                assert first[seed] == want and again[seed] == want
+                a, b = env.reset(seed=seed)[0], want
+                for action in ACTIONS[:25]:
+                    a, b = env.step(int(action) % env.action_space.n, state=a)[0], \
+                        fresh.step(int(action) % fresh.action_space.n, state=b)[0]
+                    assert a == b
