@@ -223,8 +223,9 @@ class AleAdapter(Adapter):
     API can read or set, so a restored env would repeat whatever action that env
     last applied. To make it part of the state, binding an env with
     ``repeat_action_probability > 0`` moves stickiness into Python: ALE's own
-    probability is set to 0 (the ROM is reloaded and the game state put back),
-    and the env's ``step`` is replaced by :func:`~plan_parallel.state.ale_sticky.sticky_step`, which draws one
+    probability is set to 0 (an env plan_parallel builds by id is loaded so from
+    the start; otherwise the ROM is reloaded and the game state put back), and
+    the env's ``step`` is replaced by :func:`~plan_parallel.state.ale_sticky.sticky_step`, which draws one
     uniform per frame from the env's ``np_random`` and repeats the previous
     effective action with the same probability (Machado et al. 2018, as ALE).
     The distribution is ALE's; the random stream is not, so a bound env does not
