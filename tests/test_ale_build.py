@@ -19,7 +19,7 @@ import pytest
 
 import plan_parallel as pp
 from plan_parallel.factory import EnvFactory
-from plan_parallel.state.ale_sticky import loads_without_stickiness
+from plan_parallel.state.ale_sticky import forget_loads, loads_without_stickiness
 
 ACTIONS = np.random.default_rng(3).integers(0, 6, size=40)
 
@@ -94,18 +94,21 @@ def test_an_env_another_thread_builds_meanwhile_keeps_ales_stickiness() -> None:
 
 @pytest.mark.timeout(180)
 @pytest.mark.parametrize("env_id", ["ALE/Pong-v5", "ALE/Breakout-v5", "ALE/Adventure-v5"])  # Adventure: ALE's RNG
-def test_a_seeded_reset_again_is_the_reset_a_fresh_env_makes(env_id: str) -> None:
-    """A bound env loads the ROM once per seed and restores that load's state for the seed later: the
-    reset states, and every step after them, are a fresh env's (which loads)."""
-    with pp.make(env_id, backend="inline") as env:
+def test_a_seeded_reset_again_is_the_reset_a_fresh_load_makes(env_id: str) -> None:
+    """The process loads the ROM once per recipe and seed and restores that load's state for the seed later,
+    in any env of the recipe: the reset states, and every step after them, are those of a real load."""
+    with pp.make(env_id, backend="inline") as env, pp.make(env_id, backend="inline") as other:
+        forget_loads()
         first = {seed: env.reset(seed=seed)[0] for seed in (4, 9)}
         again = {seed: env.reset(seed=seed)[0] for seed in (9, 4, 9)}  # remembered loads, out of order
+        elsewhere = {seed: other.reset(seed=seed)[0] for seed in (4, 9)}  # another env of the recipe
         for seed in (4, 9):
             with pp.make(env_id, backend="inline") as fresh:
-                want = fresh.reset(seed=seed)[0]
-                assert first[seed] == want and again[seed] == want
-                a, b = env.reset(seed=seed)[0], want
+                forget_loads()
+                want = fresh.reset(seed=seed)[0]  # a real load
+                assert first[seed] == want and again[seed] == want and elsewhere[seed] == want
+                a, b = other.reset(seed=seed)[0], want
                 for action in ACTIONS[:25]:
-                    a, b = env.step(int(action) % env.action_space.n, state=a)[0], \
+                    a, b = other.step(int(action) % other.action_space.n, state=a)[0], \
                         fresh.step(int(action) % fresh.action_space.n, state=b)[0]
                     assert a == b

@@ -12,8 +12,8 @@ by id (:meth:`~plan_parallel.factory.EnvFactory.build_to_bind`) is built inside
 :func:`loads_without_stickiness`, so its one load has the probability at 0 already,
 and :func:`draw_sticky_in_python` takes its stickiness over without a second load.
 An env built any other way (a callable) is loaded a second time when it is bound.
-A seeded reset loads the ROM too; a bound env remembers what its loads made
-(``_loads_remembered``), so a seed seen before costs a restore instead.
+A seeded reset loads the ROM too; the process remembers what the loads of bound
+envs made (``_loads_remembered``), so a seed seen before costs a restore instead.
 """
 from __future__ import annotations
 
@@ -26,11 +26,13 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["REMEMBERED_LOADS", "draw_sticky_in_python", "loads_without_stickiness", "sticky_frames", "sticky_quiet_step",
-           "sticky_step", "take_over_stickiness"]
+__all__ = ["REMEMBERED_LOADS", "draw_sticky_in_python", "forget_loads", "loads_without_stickiness", "sticky_frames",
+           "sticky_quiet_step", "sticky_step", "take_over_stickiness"]
 
 _LOADED_AT_ZERO = "_pp_loaded_at_zero"  # an AtariEnv attribute: the sticky probability asked for, ALE's being 0
-REMEMBERED_LOADS = 64  # per env: the states its ROM loads with the last seeds left
+REMEMBERED_LOADS = 64  # the states the last ROM loads left (per recipe and seed), this process's
+_LOADS: OrderedDict[tuple, Any] = OrderedDict()
+_LOADS_LOCK = threading.Lock()
 _building = threading.local()  # .on: this thread is inside loads_without_stickiness
 
 
@@ -113,31 +115,49 @@ def take_over_stickiness(u: Any, reload: bool) -> None:
     u.step = functools.partial(sticky_step, u)
 
 
+def forget_loads() -> None:
+    """Drop the remembered ROM loads (see :func:`take_over_stickiness`): the next seeded resets load again."""
+    _LOADS.clear()
+
+
+def _recipe_key(u: Any) -> Any:
+    """What an env's ROM loads depend on besides the seed: its constructor's kwargs (an env from
+    ``gym.make``, whose spec has them), or the env itself."""
+    kwargs = getattr(getattr(u, "spec", None), "kwargs", None)
+    if kwargs is None:
+        return u.__dict__.setdefault("_pp_load_key", object())
+    return tuple(sorted((k, repr(v)) for k, v in kwargs.items()))
+
+
 def _loads_remembered(u: Any, native_load: Callable[[], Any]) -> Callable[[], None]:
-    """``u.load_game`` that loads each (ALE seed, mode, difficulty) once: later it restores the state the load
-    left (with ALE's RNG), which is what the load makes again, in ~0.1 ms instead of ~0.2 s.
+    """``u.load_game`` that loads each (recipe, ALE seed, mode, difficulty) once per process: later it restores
+    the state the load left (with ALE's RNG), which is what the load makes again, in ~0.1 ms instead of ~0.2 s.
 
     A seeded reset (``AtariEnv.reset(seed=s)``) seeds ALE and loads the ROM; the
-    states a seed's load makes are the same every time, so resets with seeds seen
-    before (tests, evaluations, a vector env reset with its seeds again) skip the
-    load. The last :data:`REMEMBERED_LOADS` are kept (~14 KB each). ALE settings
-    other than the seed, changed by hand on ``u.ale`` after the env was built, are
-    not part of the key.
+    states a seed's load makes are the same every time and in every env of the
+    same kwargs, so resets with seeds seen before (tests, evaluations, a vector
+    env's sub-envs reset again on other envs) skip the load. The last
+    :data:`REMEMBERED_LOADS` are kept (~14 KB each). ALE settings changed by hand
+    on ``u.ale`` after the env was built are not part of the key.
     """
-    loads: OrderedDict[tuple, Any] = OrderedDict()
+    recipe = _recipe_key(u)
 
     def load_game() -> None:
         ale = u.ale
-        key = (int(ale.getInt("random_seed")), u._game_mode, u._game_difficulty)
-        state = loads.get(key)
-        if state is None:
-            native_load()
-            loads[key] = ale.cloneState(include_rng=True)
-            if len(loads) > REMEMBERED_LOADS:
-                loads.popitem(last=False)
-        else:
-            loads.move_to_end(key)
+        key = (recipe, int(ale.getInt("random_seed")), u._game_mode, u._game_difficulty)
+        with _LOADS_LOCK:
+            state = _LOADS.get(key)
+            if state is not None:
+                _LOADS.move_to_end(key)
+        if state is not None:
             ale.restoreState(state)
+            return
+        native_load()
+        state = ale.cloneState(include_rng=True)
+        with _LOADS_LOCK:
+            _LOADS[key] = state
+            if len(_LOADS) > REMEMBERED_LOADS:
+                _LOADS.popitem(last=False)
 
     return load_game
 
