@@ -35,16 +35,20 @@ class Residents:
         self.envs: list[PlanEnv | None] = [None] * n
         self.built_for: list[Group | None] = [None] * n  # the group whose recipe built envs[i]
 
+    def built(self, i: int) -> PlanEnv | None:
+        """Sub-env ``i``'s env when it was built for the sub-env's recipe; None when not (yet)."""
+        env = self.envs[i]
+        return env if env is not None and self.built_for[i] is self.recipes.of(i) else None
+
     def env(self, i: int) -> PlanEnv:
         """Sub-env ``i``'s env, built (or rebuilt, after its recipe changed) as needed."""
-        group = self.recipes.of(i)
-        env = self.envs[i]
-        if env is None or self.built_for[i] is not group:
-            self.envs[i] = None
-            if env is not None:
-                env.close()
+        env = self.built(i)
+        if env is None:
+            old, self.envs[i] = self.envs[i], None
+            if old is not None:
+                old.close()
             env = self.envs[i] = self.recipes.new_sub(i)
-            self.built_for[i] = group
+            self.built_for[i] = self.recipes.of(i)
         return env
 
     def run(self, ids: np.ndarray, actions: Any, states: Sequence[State | None]) -> tuple:

@@ -70,6 +70,30 @@ def test_steps_moving_between_places_and_states_set_back_are_exact(backend: str)
                     _same(vec.step(a), replay.step(a), f"after set_states (copies={copies}), step {t}")
 
 
+class BuildCountingEnv(CounterEnv):
+    """A CounterEnv that counts the instances built in this process."""
+
+    built = 0
+
+    def __init__(self, **kwargs: object) -> None:
+        super().__init__(**kwargs)
+        BuildCountingEnv.built += 1
+
+
+@pytest.mark.timeout(120)
+def test_resets_build_no_resident_env_and_stay_exact() -> None:
+    """Every step on the workers, resets with and without seeds (and autoresets) in between: each equals
+    SyncVectorEnv's, and none builds an env in this process (a resident env is for steps run here)."""
+    ref = SyncVectorEnv([EnvFactory(CounterEnv, {"horizon": 7}) for _ in range(N)])
+    with pp.make_vec(BuildCountingEnv, N, n_workers=2, small_batch_inline=False, horizon=7) as vec:
+        built = BuildCountingEnv.built
+        for k, seed in enumerate((SEED, None, SEED + 1, None)):
+            _same(vec.reset(seed=seed), ref.reset(seed=seed), f"reset {k}")
+            for t, a in enumerate(_actions(9, seed=k)):  # past the horizon: autoresets too
+                _same(vec.step(a), ref.step(a), f"reset {k}, step {t}")
+        assert BuildCountingEnv.built == built, f"{BuildCountingEnv.built - built} envs built by resets"
+
+
 @pytest.mark.timeout(120)
 def test_a_recipe_change_rebuilds_the_resident_env() -> None:
     """set_attr of CartPole's gravity (outside the state) on some sub-envs: their steps use the new value."""
