@@ -31,7 +31,7 @@ import pytest
 import plan_parallel as pp
 from plan_parallel.errors import ClosedError, RemoteError, WorkerCrashedError, WorkerTimeoutError
 from tests.deadline import call_with_deadline
-from tests.envs import FaultyEnv
+from tests.envs import CounterEnv, FaultyEnv
 from tests.envs_faults import SlowBuildEnv, SlowOrRaisingEnv
 from tests.helpers import assert_batches_equal, assert_fails_as_inline, assert_tree_equal
 
@@ -580,3 +580,43 @@ def test_an_env_alive_at_exit_is_closed_then(holder: str, tmp_path: Path) -> Non
     while any(psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE for p in workers):
         assert time.monotonic() < deadline, f"workers {workers} outlived their parent by 10 s"
         time.sleep(0.1)
+
+
+FORK_CHILD = textwrap.dedent(
+    """
+    import os, sys
+    import numpy as np
+    import plan_parallel as pp
+    from tests.envs import CounterEnv
+
+    env = pp.make(CounterEnv, n_workers=2, small_batch_inline=False, horizon=100)
+    s0 = env.reset(seed=0)[0]
+    env.step_batch(np.zeros(8, dtype=np.int64), [s0] * 8)
+    for _ in range(2):  # children of os.fork that exit normally: atexit and garbage collection run in them
+        pid = os.fork()
+        if pid == 0:
+            sys.exit(0)
+        os.waitpid(pid, 0)
+    got = env.step_batch(np.ones(8, dtype=np.int64), [s0] * 8, dt=3)
+    print(env.stats["restarts"], " ".join(str(s.key().hex()) for s in got.states), flush=True)
+    env.close()
+    """
+)
+
+
+@pytest.mark.timeout(90)
+def test_a_forked_child_that_exits_leaves_the_parents_workers_alone() -> None:
+    """A child of ``os.fork`` inherits the env and multiprocessing's list of children: exiting, it must
+    neither close the env's pool nor let multiprocessing terminate the workers (the parent would replace
+    them, two forks using up two of its three restarts)."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    r = subprocess.run([sys.executable, "-c", FORK_CHILD], cwd=ROOT, env=env, capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "died" not in r.stderr and "can only join" not in r.stderr, r.stderr[-2000:]
+    restarts, *keys = r.stdout.split()
+    assert restarts == "0"
+    with pp.make(CounterEnv, backend="inline", horizon=100) as inline:
+        s0 = inline.reset(seed=0)[0]
+        want = inline.step_batch(np.ones(8, dtype=np.int64), [s0] * 8, dt=3)
+    assert keys == [s.key().hex() for s in want.states]

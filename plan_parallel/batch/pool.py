@@ -75,6 +75,7 @@ class WorkerPool:
         self._requeue: list[tuple[int, Part]] = []
         self._step_seconds: float | None = None  # a worker's env seconds per step (EMA), to know when replies are due
         self._ids = READY
+        self._owner = os.getpid()  # a copy in a child forked by os.fork owns neither the workers nor the slabs
         self.feeder = Feeder(SlabPool(), LeasePool())
         self.info: WorkerInfo | None = None
         self.stats: dict[str, Any] = {
@@ -420,6 +421,9 @@ class WorkerPool:
         A thread waiting on the pool is woken and its batch fails with :class:`ClosedError`.
         """
         if self.closed:
+            return
+        if os.getpid() != self._owner:  # a forked copy (at its exit): nothing here is its own to stop or free
+            self.closed = True
             return
         self._closing = True
         with contextlib.suppress(OSError):  # a full pipe wakes the waiter all the same

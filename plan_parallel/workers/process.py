@@ -25,6 +25,7 @@ import signal
 import sys
 import threading
 import time
+import weakref
 from collections.abc import Iterator, Sequence
 from multiprocessing.connection import Connection
 from typing import Any
@@ -107,6 +108,28 @@ def describe_exit(code: int | None) -> str:
     return f"exit code {code}"
 
 
+_LIVE: weakref.WeakSet[ExternalProcess] = weakref.WeakSet()  # the workers this process started
+
+
+def _disown_workers() -> None:
+    """In a child forked by ``os.fork`` (not a multiprocessing process): forget the parent's workers.
+
+    multiprocessing's exit handler terminates every daemonic process it started,
+    and a forked copy of its list names the parent's workers: a child that exits
+    normally would kill them (the parent replaced them, using up its restarts).
+    The list is multiprocessing's private ``process._children``; without it
+    (another Python) nothing changes.
+    """
+    children = getattr(mp.process, "_children", None)
+    if isinstance(children, set):
+        for worker in list(_LIVE):
+            children.discard(worker.process)
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_disown_workers)
+
+
 class ExternalProcess:
     """Parent-side proxy of one worker process (a :class:`~plan_parallel.workers.base.Worker`).
 
@@ -153,6 +176,7 @@ class ExternalProcess:
         self._sentinel.register(self.process.sentinel, select.POLLIN)
         self._gone = False
         self._closed = False
+        _LIVE.add(self)
 
     @property
     def pid(self) -> int | None:
