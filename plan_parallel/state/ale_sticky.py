@@ -65,7 +65,7 @@ def _install() -> None:
 
     @functools.wraps(native)
     def load_game(self: Any, *args: Any, **kwargs: Any) -> Any:
-        if getattr(_building, "on", False) and _LOADED_AT_ZERO not in self.__dict__ and "_pp_sticky_p" not in self.__dict__:
+        if getattr(_building, "on", False) and _LOADED_AT_ZERO not in self.__dict__:
             p = float(self.ale.getFloat("repeat_action_probability"))
             if p > 0.0:
                 self.ale.setFloat("repeat_action_probability", 0.0)
@@ -79,18 +79,20 @@ def draw_sticky_in_python(u: Any) -> None:
     """Take over the stickiness of AtariEnv ``u`` built inside :func:`loads_without_stickiness` (nothing to do
     when it asked for none, or was not loaded there)."""
     p = u.__dict__.pop(_LOADED_AT_ZERO, None)
-    if p is None:
-        return
+    if p is not None:
+        take_over_stickiness(u, p, reload=False)
+
+
+def take_over_stickiness(u: Any, p: float, reload: bool) -> None:
+    """Give ``u`` the sticky probability ``p`` and no previous action; when ``p > 0``, draw its sticky
+    actions in Python: ALE's probability at 0 (``reload``: loading the ROM again and putting the game state
+    back) and ``u.step``/``u.reset`` routed through :func:`sticky_step`."""
     import ale_py
 
     u._pp_sticky_p = p
     u._pp_sticky_prev = (ale_py.Action.NOOP.value, 1.0)
-    take_over_stickiness(u, reload=False)
-
-
-def take_over_stickiness(u: Any, reload: bool) -> None:
-    """Draw ``u``'s sticky actions in Python: ALE's probability at 0 (``reload``: loading the ROM again and
-    putting the game state back) and ``u.step``/``u.reset`` routed through :func:`sticky_step`."""
+    if p <= 0.0:
+        return
     ale = u.ale
     if reload:
         snapshot = ale.cloneState(include_rng=True)
@@ -104,8 +106,6 @@ def take_over_stickiness(u: Any, reload: bool) -> None:
         out = native_reset(*args, **kwargs)
         u._pp_sticky_prev = (u._pp_noop, 1.0)  # ALE's softReset does the same
         return out
-
-    import ale_py
 
     # Actions kept as ints (ALE's act takes them): the previous action is part of every state,
     # and an int pickles in a byte where an ale_py.Action unpickles through a call (~0.6 us).
@@ -130,7 +130,7 @@ def _recipe_key(u: Any) -> Any:
 
 
 def _loads_remembered(u: Any, native_load: Callable[[], Any]) -> Callable[[], None]:
-    """``u.load_game`` that loads each (recipe, ALE seed, mode, difficulty) once per process: later it restores
+    """``u.load_game`` that loads each (recipe, ALE seed) once per process: later it restores
     the state the load left (with ALE's RNG), which is what the load makes again, in ~0.1 ms instead of ~0.2 s.
 
     A seeded reset (``AtariEnv.reset(seed=s)``) seeds ALE and loads the ROM; the
@@ -144,7 +144,7 @@ def _loads_remembered(u: Any, native_load: Callable[[], Any]) -> Callable[[], No
 
     def load_game() -> None:
         ale = u.ale
-        key = (recipe, int(ale.getInt("random_seed")), u._game_mode, u._game_difficulty)
+        key = (recipe, int(ale.getInt("random_seed")))  # mode and difficulty: the recipe's
         with _LOADS_LOCK:
             state = _LOADS.get(key)
             if state is not None:

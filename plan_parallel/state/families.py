@@ -243,11 +243,7 @@ class AleAdapter(Adapter):
         self._state_type = ale_py.ALEState
         self._noop = ale_py.Action.NOOP.value
         if "_pp_sticky_p" not in u.__dict__:  # else built by EnvFactory.build_to_bind: taken over already
-            p = float(self._ale.getFloat("repeat_action_probability"))
-            u._pp_sticky_p = p
-            u._pp_sticky_prev = (self._noop, 1.0)
-            if p > 0.0:
-                take_over_stickiness(u, reload=True)
+            take_over_stickiness(u, float(self._ale.getFloat("repeat_action_probability")), reload=True)
         self._sticky = u._pp_sticky_p > 0.0
         # How AtariEnv._get_obs reads the observation, as a call that writes it into a given array.
         read = _ALE_READ_INTO.get(getattr(u, "_obs_type", ""))
