@@ -512,6 +512,32 @@ def test_malformed_state_is_refused_by_step_batch(make_inline):
         env.step_batch([0, 0], states=[state, bad])
 
 
+def test_wrapper_values_that_do_not_fit_the_wrappers_are_refused(make_inline):
+    # Validation counts the wrapper values; a frame stack's own setter refuses a queue that is not one.
+    env = make_inline(lambda: FrameStackObservation(gym.make("CartPole-v1"), 2))
+    state, _, _ = env.reset(seed=0)
+    bad = State(state.kind, state.sim, state.extra, state.rng, ((5, 0.0), *state.wrappers[1:]))
+    with pytest.raises(StateError, match="do not fit the wrappers"):
+        env.set_state(bad)
+    with pytest.raises(StateError, match="do not fit the wrappers"):
+        env.step_batch([0], [bad])
+    assert env.step_batch([0], [state]).states[0] == env.step(0, state=state)[0]
+
+
+def test_states_of_other_episodes_restore_their_own_rng(make_inline):
+    env = make_inline("CartPole-v1")
+    a, _, _ = env.reset(seed=1)
+    b, _, _ = env.reset(seed=2)
+    out = env.step_batch([0, 1, 0], [a, b, a])
+    assert [s.rng for s in out.states] == [a.rng, b.rng, a.rng]
+    for state, seed in ((a, 1), (b, 2), (a, 1)):
+        fresh = gym.make("CartPole-v1")
+        fresh.reset(seed=seed)
+        env.set_state(state)
+        # A reset without a seed draws from the restored RNG, as the fresh env's second reset does.
+        np.testing.assert_array_equal(env.reset()[1], fresh.reset()[0])
+
+
 def test_classic_state_of_the_wrong_length_is_refused(make_inline):
     env = make_inline("CartPole-v1")
     state, _, _ = env.reset(seed=0)

@@ -171,13 +171,19 @@ class Adapter:
         return State.captured(self.kind, sim, extra, rng, self.wrappers.get(), obs, self.checker)
 
     def compile(self) -> None:
-        """Install a faster :meth:`capture` for this instance (called once by :func:`bind`).
+        """Install a faster :meth:`capture` and :meth:`restore` for this instance (called once by :func:`bind`).
 
         When the family's step never draws from the RNG, the RNG value is the
         one last restored or read, so capture is the simulator, the wrappers and
         one object; this closure skips the checks the general method makes.
+        Restore takes the general method only for a state whose RNG the env does
+        not hold already.
         """
-        if self._draws or type(self).capture is not Adapter.capture:
+        if self._draws:
+            return
+        if type(self).restore is Adapter.restore:
+            self._compile_restore()
+        if type(self).capture is not Adapter.capture:
             return
         get_sim, wget, kind, general, checker = self.get_sim, self.wrappers.get, self.kind, self.capture, self.checker
 
@@ -189,6 +195,25 @@ class Adapter:
             return State.captured(kind, sim, extra, rng, wget(), obs, checker)
 
         self.capture = capture  # type: ignore[method-assign]
+
+    def _compile_restore(self) -> None:
+        """:meth:`restore` for an env whose step never draws from its RNG: a state with the RNG value
+        the env holds (or none) sets the simulator and the wrappers only."""
+        general, set_sim, wrappers = self.restore, self.set_sim, self.wrappers
+
+        def restore(state: State) -> None:
+            rng = state.rng
+            if rng is not None and rng is not self._rng_known:
+                general(state)
+                return
+            set_sim(state.sim, state.extra)
+            self._rng_known = rng
+            try:
+                wrappers.set(state.wrappers)
+            except Exception as exc:
+                raise self._wrappers_misfit(state, exc) from exc
+
+        self.restore = restore  # type: ignore[method-assign]
 
     def reseed(self, seed: int) -> None:
         """Reseed the env's ``np_random`` from ``seed``, keeping the rest of the restored state.
@@ -249,11 +274,16 @@ class Adapter:
         self._rng_known = rng
         try:
             self.wrappers.set(state.wrappers)
-        except Exception as exc:  # validate checked their number, not what each wrapper accepts
-            raise StateError(
-                f"malformed {self.name} state: wrapper values {state.wrappers!r:.200} do not fit the wrappers "
-                f"{self.wrappers.names}: {type(exc).__name__}: {exc}"
-            ) from exc
+        except Exception as exc:
+            raise self._wrappers_misfit(state, exc) from exc
+
+    def _wrappers_misfit(self, state: State, exc: Exception) -> StateError:
+        """The error of a state whose wrapper values the wrappers refused (validate checked their number,
+        not what each wrapper accepts)."""
+        return StateError(
+            f"malformed {self.name} state: wrapper values {state.wrappers!r:.200} do not fit the wrappers "
+            f"{self.wrappers.names}: {type(exc).__name__}: {exc}"
+        )
 
 
 _REGISTRY: list[tuple[type, type[Adapter]]] = []

@@ -30,6 +30,8 @@ Setter = Callable[[Any, Any], None]
 
 # name -> (getter, setter); getters return values the wrapper will never mutate.
 _CODECS: dict[str, tuple[Getter, Setter]] = {}
+# getter -> the one attribute it reads as it is (no copy): a single-attribute codec without ``deep``.
+_PLAIN_ATTR: dict[Getter, str] = {}
 # name -> {attr: value} applied once so a never-reset env accepts a restored state.
 _PRIMERS: dict[str, dict[str, Any]] = {
     "OrderEnforcing": {"_has_reset": True},
@@ -87,6 +89,8 @@ def _attrs_codec(*names: str, deep: bool = False) -> tuple[Getter, Setter]:
         def set1(w: Any, v: Any) -> None:
             w.__dict__[n] = cp(v)
 
+        if not deep:  # a stack of one such wrapper reads and writes its dict entry directly (WrapperStack)
+            _PLAIN_ATTR[get1] = n
         return get1, set1
 
     def get(w: Any) -> Any:
@@ -216,8 +220,10 @@ class WrapperStack:
         # Does some wrapper's step draw from the env's RNG? Then the RNG must be captured
         # with every state even when the env's own step draws none.
         self.draws_rng = any(n in RNG_DRAWING_WRAPPERS or n not in _NON_DRAWING_WRAPPERS for n in names)
-        self._primed = not self._primers
+        self._primed = False
         self._compile(bound)
+        if not self._primers:
+            self.after_reset()
 
     @classmethod
     def empty(cls) -> WrapperStack:
@@ -228,6 +234,10 @@ class WrapperStack:
         if n == 0:
             self.get = _empty_get
             self._set = _noop_set
+        elif n == 1 and bound[0][1] in _PLAIN_ATTR:  # TimeLimit alone: its counter (a call each way, not three)
+            d, attr = bound[0][0].__dict__, _PLAIN_ATTR[bound[0][1]]
+            self.get = lambda: (d[attr],)
+            self._set = lambda v: d.__setitem__(attr, v[0])
         elif n == 1:
             w, g, s = bound[0]
             self.get = lambda: (g(w),)
@@ -245,7 +255,8 @@ class WrapperStack:
         self.n_stateful = n
 
     def set(self, values: tuple) -> None:
-        """Restore the wrappers' state (priming the reset/check flags the first time)."""
+        """Restore the wrappers' state (priming the reset/check flags the first time: then ``set`` is
+        the compiled setter itself)."""
         if not self._primed:
             self.prime()
         self._set(values)
@@ -254,11 +265,12 @@ class WrapperStack:
         """Mark every wrapper as reset and checked, as if the env had been reset once."""
         for w, attrs in self._primers:
             w.__dict__.update(attrs)
-        self._primed = True
+        self.after_reset()
 
     def after_reset(self) -> None:
         """The env was reset: its wrappers are primed by the reset itself."""
         self._primed = True
+        self.set = self._set  # type: ignore[method-assign,assignment]  # nothing left to prime
 
 
 def _empty_get() -> tuple:
