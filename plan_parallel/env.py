@@ -15,7 +15,7 @@ from plan_parallel.action_inputs import check_action, check_actions
 from plan_parallel.errors import ClosedError, StateError
 from plan_parallel.factory import EnvFactory
 from plan_parallel.inputs import check_dt, check_rollout, check_seed, check_seeds, check_states
-from plan_parallel.loops import Policy, RolloutParts, UniformPolicy, run_items, run_rollouts, run_spread, to_rollout_batch
+from plan_parallel.loops import Policy, RolloutParts, UniformPolicy, run_items, run_rollouts, to_rollout_batch
 from plan_parallel.results import RolloutBatch, StepBatch, step_batch_of
 from plan_parallel.state import Adapter, State, bind
 from plan_parallel.state.state_value import validate_each
@@ -265,22 +265,23 @@ class PlanEnv:
         rows = None if form is None or not states else np.empty((len(states), *form[1]), dtype=form[0])
         return step_batch_of(self.observation_space, self._run(states, actions, dt, seeds, rows), rows)
 
-    @staticmethod
-    def run_each(envs: Sequence[PlanEnv], actions: Any, states: Sequence[State]) -> tuple:
-        """Item j, one step of ``actions[j]`` from checked ``states[j]``, on ``envs[j]`` (one kind); :meth:`run_raw`'s lists.
+    def step_from(self, state: State, action: Any) -> tuple[State, Any, float, bool, bool, dict]:
+        """One step of a checked ``action`` from a checked ``state`` of this env's kind, the current state left as
+        it was: ``(end state, observation, reward, terminated, truncated, info)``, the info as the env returned it.
 
-        For envs each kept at a vector env's sub-env state: an env holding ``states[j]`` steps on without a restore.
+        For an env kept at a vector env's sub-env state: one holding ``state`` (it captured it and has not
+        moved since) steps on without a restore.
         """
-        kernels: list[tuple[Adapter, Callable[[Any], tuple], State | None]] = []
-        for env in envs:
-            env._check_open()
-            kernels.append((env._adapter, env._step, env._held))
-            env._held = None  # unknown until every item ran (one may raise)
-            env._live_is_current = False
-        out = run_spread(kernels, states, actions)
-        for env, state in zip(envs, out[0]):
-            env._held = state
-        return out
+        if self._closed:
+            self._check_open()
+        held, self._held = self._held, None  # unknown until the step returns (it may raise)
+        self._live_is_current = False
+        adapter = self._adapter
+        if state is not held:
+            adapter.restore(state)
+        obs, r, term, trunc, info = self._step(action)
+        end = self._held = adapter.capture(None, obs)
+        return end, obs, float(r), term is True or bool(term), trunc is True or bool(trunc), info
 
     @property
     def reseedable(self) -> bool:

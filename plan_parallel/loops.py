@@ -25,7 +25,7 @@ from plan_parallel.item_rng import item_rng
 from plan_parallel.results import RolloutBatch, stack_observations
 from plan_parallel.state import Adapter, State, StateBatch
 
-__all__ = ["RolloutParts", "UniformPolicy", "run_items", "run_rollouts", "run_spread", "to_rollout_batch"]
+__all__ = ["RolloutParts", "UniformPolicy", "run_items", "run_rollouts", "to_rollout_batch"]
 
 Policy = Callable[[Any, np.random.Generator], Any]
 
@@ -135,37 +135,6 @@ def run_items(
             out_states[i] = held = capture(None, obs)  # the env moved on: the old held state is not held now
     except Exception as e:
         # Which item failed, for the note the caller adds (worker and item).
-        e._pp_item = i  # type: ignore[attr-defined]
-        raise
-    return out_states, out_obs, rewards, terms, truncs, infos
-
-
-def run_spread(
-    kernels: Sequence[tuple[Adapter, Callable[[Any], tuple], State | None]], states: Sequence[State], actions: Any
-) -> tuple[list, list, list, list, list, list]:
-    """Run item i, one step of ``actions[i]`` from ``states[i]``, on its own env: ``kernels[i]``.
-
-    Each kernel is ``(adapter, step, held)``, ``held`` being the state its env
-    holds now (see :func:`run_items`): an env kept at its item's state steps on
-    without a restore. Returns :func:`run_items`' lists; on an env error the
-    exception carries the failing item's index as ``_pp_item``.
-    """
-    n = len(states)
-    out_states, out_obs, rewards, terms, truncs, infos = _item_lists(n)
-    i = 0
-    try:
-        for i in range(n):
-            adapter, step, held = kernels[i]
-            if states[i] is not held:
-                adapter.restore(states[i])
-            obs, r, term, trunc, info = step(actions[i])
-            rewards[i] = float(r)
-            out_obs[i] = obs
-            terms[i] = term is True or bool(term)
-            truncs[i] = trunc is True or bool(trunc)
-            infos[i] = {**info, "n_steps": 1} if info else {"n_steps": 1}
-            out_states[i] = adapter.capture(None, obs)
-    except Exception as e:
         e._pp_item = i  # type: ignore[attr-defined]
         raise
     return out_states, out_obs, rewards, terms, truncs, infos

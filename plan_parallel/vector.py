@@ -51,6 +51,7 @@ from plan_parallel.vector_infos import add_info
 from plan_parallel.vector_inputs import (
     check_indices,
     check_vector_actions,
+    is_array_space,
     is_int,
 )
 
@@ -90,11 +91,12 @@ class PlanVectorEnv(VectorCore):
     """
 
     # ------------------------------------------------------------------ stepping
-    def _submit(self, actions: Any, ids: np.ndarray, wait: bool = False) -> Any:
+    def _submit(self, actions: Any, ids: np.ndarray, wait: bool = False, decided: tuple | None = None) -> Any:
         """A future of the step of sub-envs ``ids`` (a ``StepBatch`` in their order); the inline backend runs it now.
 
         One ``step_batch`` per recipe group of the sub-envs (one in the common case).
-        ``wait``: one group's step runs now, as a ``step_batch`` call (see :meth:`step`).
+        ``wait``: one group's step runs now, as a ``step_batch`` call (see :meth:`step`);
+        ``decided``: where it is placed (see :meth:`Group.step_here`).
         """
         if not len(ids):  # every sub-env resets: nothing to step (and step_batch cannot stack 0 Dict obs)
             empty = np.zeros(0)
@@ -102,7 +104,8 @@ class PlanVectorEnv(VectorCore):
         states = self._states
         if len(self._recipes.groups) == 1:
             sub_states = list(states) if len(ids) == len(states) else [states[i] for i in ids]  # as they are now
-            return self._recipes.groups[0].submit(actions, sub_states, wait, self._here(ids, actions, sub_states))
+            return self._recipes.groups[0].submit(actions, sub_states, wait, self._here(ids, actions, sub_states),
+                                                  decided)
         futures = []
         for group, pos in self._recipes.split(ids):  # on an error the parts submitted run on, and their results are dropped
             sub = actions[pos] if isinstance(actions, np.ndarray) else [actions[p] for p in pos]
@@ -121,9 +124,10 @@ class PlanVectorEnv(VectorCore):
         return lambda lo, hi: (residents.run(ids, actions, states) if lo == 0 and hi == n
                                else residents.run(ids[lo:hi], actions[lo:hi], states[lo:hi]))
 
-    def _start(self, actions: Any, ids: np.ndarray, wait: bool = False) -> tuple[Any, np.ndarray, dict]:
+    def _start(self, actions: Any, ids: np.ndarray, wait: bool = False,
+               decided: tuple | None = None) -> tuple[Any, np.ndarray, dict]:
         """Submit the step of sub-envs ``ids`` with their checked ``actions``; NEXT_STEP resets run meanwhile
-        (after it, with ``wait``)."""
+        (after it, with ``wait``). ``decided``: see :meth:`_submit`."""
         flags = self._autoreset if ids is self._all else self._autoreset[ids]
         if self.autoreset_mode != AutoresetMode.NEXT_STEP or not flags.any():
             run, resets, sub_actions = ids, ids[:0], actions
@@ -133,7 +137,7 @@ class PlanVectorEnv(VectorCore):
                 sub_actions = actions[~flags]
             else:
                 sub_actions = [a for a, f in zip(actions, flags) if not f]
-        fut = self._submit(sub_actions, run, wait)
+        fut = self._submit(sub_actions, run, wait, decided)
         # Resets run here while the workers step (the batch above is in flight).
         done = {int(i): self._reset_one(int(i), self._states[i], None, None) for i in resets}
         return fut, run, done
@@ -165,17 +169,54 @@ class PlanVectorEnv(VectorCore):
                 mode, a sub-env that ended and was not reset (before anything is sent).
             AlreadyPendingCallError: a step or a send is pending. StateError: not reset yet.
         """
-        self._send_step(actions, "step_async", False)
+        self._send_step(self._checked_step(actions, "step_async"), False)
 
-    def _send_step(self, actions: Any, what: str, wait: bool) -> None:
+    def _checked_step(self, actions: Any, what: str) -> Any:
+        """The checked actions of a step of every sub-env (``what``: the call, for the errors); raises before
+        anything runs."""
         self._check_open()
         self._check_idle(what)
         actions = check_vector_actions(self.single_action_space, actions, self.num_envs, self._action_spaces)
-        ids = self._all
-        self._check_started(ids)
-        self._check_not_disabled_done(ids)
-        fut, run, resets = self._start(actions, ids, wait)
+        self._check_started(self._all)
+        self._check_not_disabled_done(self._all)
+        return actions
+
+    def _send_step(self, actions: Any, wait: bool, decided: tuple | None = None) -> None:
+        fut, run, resets = self._start(actions, self._all, wait, decided)
         self._pending = Step(fut, run, resets)
+
+    def _rows_fit(self) -> bool:
+        """Whether a step of every sub-env may run here as :meth:`_step_rows`: one recipe, an array observation
+        space, no SAME_STEP resets (and resident envs: frames are not rendered at every step)."""
+        return (self._residents is not None and len(self._recipes.groups) == 1 and is_array_space(
+            self.single_observation_space) and self.autoreset_mode != AutoresetMode.SAME_STEP)
+
+    def _step_rows(self, actions: Any) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict]:
+        """:meth:`step`'s result, run here on the resident envs and committed: each sub-env steps
+        (:meth:`PlanEnv.step_from`) or resets (NEXT_STEP) in turn, into the batch's rows. Without what a
+        ``step_batch`` adds (per-item lists, a StepBatch taken apart again, the sub-envs to step picked out
+        first): 16 CartPoles step 1.37x as fast. Nothing is committed if a sub-env raises."""
+        n, space, residents = self.num_envs, self.single_observation_space, self._residents
+        assert residents is not None, "only with resident envs (_rows_fit)"
+        resets = self._autoreset if self.autoreset_mode == AutoresetMode.NEXT_STEP else None
+        states = list(self._states)
+        obs = np.empty((n, *(space.shape or ())), dtype=space.dtype)
+        rewards, terms, truncs = np.zeros(n, dtype=np.float64), np.zeros(n, dtype=np.bool_), np.zeros(n, dtype=np.bool_)
+        infos_of: list[Any] = [None] * n
+        reset: dict[int, tuple] = {}
+        for i, env in enumerate(residents.of(range(n))):
+            if resets is not None and resets[i]:
+                reset[i] = self._reset_one(i, states[i], None, None)
+            else:
+                states[i], obs[i], rewards[i], terms[i], truncs[i], infos_of[i] = env.step_from(
+                    states[i], actions[i])  # type: ignore[arg-type]  # _checked_step: every sub-env started
+        infos = self._commit_step(states, infos_of, reset, terms, truncs)
+        for i in reset:
+            obs[i] = self._env_obs[i]
+        if not self.copy:
+            self._observations[...] = obs
+            return self._observations, rewards, terms, truncs, infos
+        return obs, rewards, terms, truncs, infos
 
     def step_wait(self, timeout: float | None = None) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict]:
         """The result of the pending :meth:`step_async`, waiting up to ``timeout`` seconds.
@@ -245,6 +286,12 @@ class PlanVectorEnv(VectorCore):
             terms = np.zeros(n, dtype=np.bool_)
             truncs = np.zeros(n, dtype=np.bool_)
             rewards[ids], terms[ids], truncs[ids] = batch.rewards, batch.terminations, batch.truncations
+        infos = self._commit_step(states, infos_of, reset, terms, truncs)
+        return self._batched_obs(step, batch), rewards, terms, truncs, infos
+
+    def _commit_step(self, states: list, infos_of: list, reset: dict, terms: np.ndarray, truncs: np.ndarray) -> dict:
+        """Commit a step's states (``states[i]``; a reset sub-env's from ``reset[i]``) and flags; its infos, added
+        in sub-env order as gymnasium adds them."""
         infos: dict = {}
         for i, info in enumerate(infos_of):
             if i in reset:
@@ -257,7 +304,7 @@ class PlanVectorEnv(VectorCore):
         with ctrl_c_deferred():  # every sub-env commits, or none does
             self._commit_all(states, reset)
             self._autoreset = terms | truncs
-        return self._batched_obs(step, batch), rewards, terms, truncs, infos
+        return infos
 
     def step(self, actions: Any) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict]:
         """Step every sub-env (one ``step_batch`` over the workers), with autoreset as SyncVectorEnv.
@@ -268,9 +315,15 @@ class PlanVectorEnv(VectorCore):
         Raises:
             As :meth:`step_async` and :meth:`step_wait`. On an error no sub-env changed.
         """
-        before = self._pending  # a step_async's: _send_step refuses to start another
+        before = self._pending  # a step_async's: _checked_step refuses to start another
         try:
-            self._send_step(actions, "step", True)
+            actions = self._checked_step(actions, "step")
+            decided = None
+            if self._rows_fit():
+                ran, value, decided = self._recipes.groups[0].step_here(self.num_envs, lambda: self._step_rows(actions))
+                if ran:
+                    return value
+            self._send_step(actions, True, decided)
             step = self._pending
             if step is not None and type(step.fut) is Done:  # it ran in this process already
                 self._pending = None

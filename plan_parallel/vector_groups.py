@@ -138,12 +138,24 @@ class Group:
         self.local_used = False
         self.collector = render_collection(local.gym_env)
 
+    def step_here(self, n: int, run: Callable[[], Any]) -> tuple[bool, Any, tuple | None]:
+        """``run()``, a step of ``n`` sub-envs in this process, if the step runs here (always on the inline
+        backend; where the tuner places it on the others): ``(True, its value, None)``; else
+        ``(False, None, the placement decided)``, for :meth:`submit`."""
+        if isinstance(self.plan, PlanEnv):
+            return True, run(), None
+        decided = self.plan.place_step(n)
+        if decided[1] == "here":
+            return True, self.plan.run_placed_here(decided, n, run), None
+        return False, None, decided
+
     def submit(self, actions: Any, states: Sequence[Any], wait: bool = False,
-               here: Callable[[int, int], tuple] | None = None) -> Any:
+               here: Callable[[int, int], tuple] | None = None, decided: tuple | None = None) -> Any:
         """A future of ``plan.step_batch(actions, states)``; the inline backend runs it now, and so
         does ``wait`` (a ``step_batch`` call, which this process may share with the workers).
 
         ``here(lo, hi)`` runs items lo..hi in this process instead of the local env, when they run here.
+        ``decided``: where :meth:`step_here` found the step is placed (not here).
         """
         # The vector env checked the actions, and its sub-env states were validated when they entered it.
         if isinstance(self.plan, PlanEnv):  # the inline backend: plan is local
@@ -151,7 +163,7 @@ class Group:
                 return Done(step_batch_of(self.plan.observation_space, here(0, len(states))))
             return Done(self.plan.step_batch_checked(actions, states, 1, validated=True))
         if wait:
-            return Done(self.plan.step_batch_checked(actions, states, 1, validated=True, here=here))
+            return Done(self.plan.step_batch_checked(actions, states, 1, validated=True, here=here, decided=decided))
         return self.plan.step_batch_checked_async(actions, states, 1, validated=True, here=here)
 
     def close(self) -> None:

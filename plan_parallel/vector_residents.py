@@ -4,7 +4,7 @@ A vector step that runs in this process (the inline backend; the process and
 Ray backends when they judge a step too small for the workers) steps each
 sub-env on an env of its own, left at the sub-env's state after the step. At
 the next step that env holds the very state object the vector env kept, so it
-steps on without a restore (:meth:`PlanEnv.run_each`); as SyncVectorEnv does,
+steps on without a restore (:meth:`PlanEnv.step_from`); as SyncVectorEnv does,
 but with every state still captured, so ``get_states``, the workers and a
 replay after a worker's death see the same states as before.
 
@@ -51,12 +51,29 @@ class Residents:
             self.built_for[i] = self.recipes.of(i)
         return env
 
-    def run(self, ids: np.ndarray, actions: Any, states: Sequence[State | None]) -> tuple:
-        """One step of sub-envs ``ids`` from ``states`` with their checked ``actions``, each on its own env;
-        lists as :meth:`PlanEnv.run_raw`."""
+    def of(self, ids: Sequence[int]) -> list[PlanEnv]:
+        """The envs of sub-envs ``ids`` (:meth:`env` of each, without its calls for those built already)."""
         envs, built, members = self.envs, self.built_for, self.recipes.members
-        chosen = [env if (env := envs[i]) is not None and built[i] is members[i] else self.env(i) for i in ids.tolist()]
-        return PlanEnv.run_each(chosen, actions, states)  # type: ignore[arg-type]  # started
+        return [env if (env := envs[i]) is not None and built[i] is members[i] else self.env(i) for i in ids]
+
+    def run(self, ids: np.ndarray, actions: Any, states: Sequence[State | None]) -> tuple:
+        """One step of sub-envs ``ids`` from ``states`` with their checked ``actions``, each on its own env
+        (:meth:`PlanEnv.step_from`); lists as :meth:`PlanEnv.run_raw`. On an env error the exception
+        carries the failing item's index as ``_pp_item``."""
+        n = len(states)
+        ends: list[State | None] = [None] * n
+        obs: list[Any] = [None] * n
+        rewards, terms, truncs = [0.0] * n, [False] * n, [False] * n
+        infos: list[dict] = [{}] * n
+        j = 0
+        try:
+            for j, env in enumerate(self.of(ids.tolist())):
+                ends[j], obs[j], rewards[j], terms[j], truncs[j], info = env.step_from(states[j], actions[j])  # type: ignore[arg-type]  # started
+                infos[j] = {**info, "n_steps": 1} if info else {"n_steps": 1}  # a copy: the env may reuse its dict
+        except Exception as e:
+            e._pp_item = j  # type: ignore[attr-defined]
+            raise
+        return ends, obs, rewards, terms, truncs, infos
 
     def close(self) -> None:
         """Close every env built (each is tried; the first error raises after all were)."""

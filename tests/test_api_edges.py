@@ -16,10 +16,12 @@ from plan_parallel.plan_cli import episode_end, summarize
 from plan_parallel.planners import RandomShooting, run_episode
 
 ROOT = Path(__file__).resolve().parent.parent
-# hooks the parallel backends call on a PlanEnv (run_raw in a worker, validate_all for a batch run here)
-BACKEND_HOOKS = {"observation_form", "rollout_raw", "run_each", "run_raw", "validate_all"}
+# hooks the parallel backends call on a PlanEnv (run_raw in a worker, validate_all for a batch run here, step_from
+# on a vector env's resident envs)
+BACKEND_HOOKS = {"observation_form", "rollout_raw", "run_raw", "step_from", "validate_all"}
 # what only a pool of workers has
-PARALLEL_ONLY = {"context", "max_restarts", "pids", "rollout_batch_async", "small_batch_inline", "step_batch_async",
+PARALLEL_ONLY = {"context", "max_restarts", "pids", "place_step", "rollout_batch_async", "run_placed_here",
+                 "small_batch_inline", "step_batch_async",
                  "step_batch_checked_async", "timeout"}
 
 

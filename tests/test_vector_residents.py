@@ -70,6 +70,21 @@ def test_steps_moving_between_places_and_states_set_back_are_exact(backend: str)
                     _same(vec.step(a), replay.step(a), f"after set_states (copies={copies}), step {t}")
 
 
+@pytest.mark.timeout(120)
+def test_steps_the_tuner_places_here_run_on_the_resident_envs_timed_for_it() -> None:
+    """W=2, default options: the tuner tries each place for the first steps, and a step it places here runs
+    on the resident envs (as a batch here in the stats, timed for the tuner); every step equals
+    SyncVectorEnv's, wherever it ran, autoresets included."""
+    ref = SyncVectorEnv([EnvFactory("CartPole-v1", {}) for _ in range(16)])
+    with pp.make_vec("CartPole-v1", 16, n_workers=2) as vec:
+        _same(vec.reset(seed=SEED), ref.reset(seed=SEED), "reset")
+        for t, a in enumerate(_actions(60, 16)):
+            a = a % 2
+            _same(vec.step(a), ref.step(a), f"step {t}")
+        stats = vec.stats
+        assert 0 < stats["inline_batches"] < stats["batches"], stats  # here, and on the workers too
+
+
 class BuildCountingEnv(CounterEnv):
     """A CounterEnv that counts the instances built in this process."""
 

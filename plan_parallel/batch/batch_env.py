@@ -309,8 +309,19 @@ class BatchEnv:
                 empty.astype(bool), []))
         return self._placement.submit(job, waited_in_full, decided, started)
 
+    def place_step(self, n: int) -> tuple[tuple[str, int], str]:
+        """Where a ``step_batch`` of ``n`` items with dt=1 runs (the tuner's decision, counted as made): pass it
+        to :meth:`run_placed_here` when it is ``"here"``, else to :meth:`step_batch_checked`."""
+        return self._placement.where(STEP_OP, n, True)
+
+    def run_placed_here(self, decided: tuple[tuple[str, int], str], n: int, run: Callable[[], Any]) -> Any:
+        """``run()``: a step of ``n`` items with dt=1 placed here (:meth:`place_step`), run its own way in this
+        process and timed for the tuner (a vector env's step on its resident envs)."""
+        return self._placement.run_here_timed(decided[0], n, n, lambda local: run())
+
     def step_batch_checked(self, actions: Any, states: Sequence[State], dt: int = 1, *, validated: bool = False,
-                           here: Callable[[int, int], tuple] | None = None) -> StepBatch:
+                           here: Callable[[int, int], tuple] | None = None,
+                           decided: tuple[tuple[str, int], str] | None = None) -> StepBatch:
         """:meth:`step_batch` of N canonical actions (see :mod:`plan_parallel.inputs`) and N states of this env's kind.
 
         ``validated``: the states were validated against this env already (a vector
@@ -318,13 +329,12 @@ class BatchEnv:
         how items lo..hi run in this process (the whole batch placed here, or this
         process's share of it) instead of on the local env, with ``run_raw``'s lists
         back; it must give the same results (a vector env's sub-envs kept at their
-        states by envs of their own).
+        states by envs of their own). ``decided``: :meth:`place_step` was asked already.
         """
         self._check_open()
-        decided = None
         if here is not None and states:  # placed before the job is made: a step run here needs none
             n = len(states)
-            decided = self._placement.where(STEP_OP, n * dt, True)
+            decided = decided or self._placement.where(STEP_OP, n * dt, True)
             if decided[1] == "here":
                 return self._placement.run_here_timed(
                     decided[0], n * dt, n, lambda local: step_batch_of(local.observation_space, here(0, n)))
