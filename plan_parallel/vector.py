@@ -105,12 +105,13 @@ class PlanVectorEnv(VectorCore):
         if len(self._recipes.groups) == 1:
             sub_states = list(states) if len(ids) == len(states) else [states[i] for i in ids]  # as they are now
             return self._recipes.groups[0].submit(actions, sub_states, wait, self._here(ids, actions, sub_states),
-                                                  decided)
+                                                  decided, ids)
         futures = []
         for group, pos in self._recipes.split(ids):  # on an error the parts submitted run on, and their results are dropped
             sub = actions[pos] if isinstance(actions, np.ndarray) else [actions[p] for p in pos]
             sub_states = [states[i] for i in ids[pos]]
-            futures.append((pos, group.submit(sub, sub_states, False, self._here(ids[pos], sub, sub_states))))
+            futures.append((pos, group.submit(sub, sub_states, False, self._here(ids[pos], sub, sub_states), None,
+                                              ids[pos])))
         return GatheredStep(futures, len(ids), self.single_observation_space)
 
     def _here(self, ids: np.ndarray, actions: Any,

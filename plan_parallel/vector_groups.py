@@ -150,12 +150,14 @@ class Group:
         return False, None, decided
 
     def submit(self, actions: Any, states: Sequence[Any], wait: bool = False,
-               here: Callable[[int, int], tuple] | None = None, decided: tuple | None = None) -> Any:
+               here: Callable[[int, int], tuple] | None = None, decided: tuple | None = None,
+               ids: np.ndarray | None = None) -> Any:
         """A future of ``plan.step_batch(actions, states)``; the inline backend runs it now, and so
         does ``wait`` (a ``step_batch`` call, which this process may share with the workers).
 
         ``here(lo, hi)`` runs items lo..hi in this process instead of the local env, when they run here.
-        ``decided``: where :meth:`step_here` found the step is placed (not here).
+        ``decided``: where :meth:`step_here` found the step is placed (not here). ``ids``: the items'
+        sub-envs, which the workers keep envs for (see :meth:`BatchEnv.step_batch_checked`).
         """
         # The vector env checked the actions, and its sub-env states were validated when they entered it.
         if isinstance(self.plan, PlanEnv):  # the inline backend: plan is local
@@ -163,8 +165,9 @@ class Group:
                 return Done(step_batch_of(self.plan.observation_space, here(0, len(states))))
             return Done(self.plan.step_batch_checked(actions, states, 1, validated=True))
         if wait:
-            return Done(self.plan.step_batch_checked(actions, states, 1, validated=True, here=here, decided=decided))
-        return self.plan.step_batch_checked_async(actions, states, 1, validated=True, here=here)
+            return Done(self.plan.step_batch_checked(actions, states, 1, validated=True, here=here, decided=decided,
+                                                     keys=ids))
+        return self.plan.step_batch_checked_async(actions, states, 1, validated=True, here=here, keys=ids)
 
     def close(self) -> None:
         """Close the planning env and the env in this process."""

@@ -321,7 +321,7 @@ class BatchEnv:
 
     def step_batch_checked(self, actions: Any, states: Sequence[State], dt: int = 1, *, validated: bool = False,
                            here: Callable[[int, int], tuple] | None = None,
-                           decided: tuple[tuple[str, int], str] | None = None) -> StepBatch:
+                           decided: tuple[tuple[str, int], str] | None = None, keys: Any = None) -> StepBatch:
         """:meth:`step_batch` of N canonical actions (see :mod:`plan_parallel.inputs`) and N states of this env's kind.
 
         ``validated``: the states were validated against this env already (a vector
@@ -330,6 +330,8 @@ class BatchEnv:
         process's share of it) instead of on the local env, with ``run_raw``'s lists
         back; it must give the same results (a vector env's sub-envs kept at their
         states by envs of their own). ``decided``: :meth:`place_step` was asked already.
+        ``keys``: N ints, the items' sub-envs: a worker steps each on an env it keeps for its key, which
+        holds the sub-env's state after its last step there (see :mod:`plan_parallel.workers.kept_envs`).
         """
         self._check_open()
         if here is not None and states:  # placed before the job is made: a step run here needs none
@@ -338,14 +340,14 @@ class BatchEnv:
             if decided[1] == "here":
                 return self._placement.run_here_timed(
                     decided[0], n * dt, n, lambda local: step_batch_of(local.observation_space, here(0, n)))
-        return self._wait(self._placement.submit(checked_job(self.kind, actions, states, dt, validated, here), True,
+        return self._wait(self._placement.submit(checked_job(self.kind, actions, states, dt, validated, here, keys), True,
                                                  decided))
 
     def step_batch_checked_async(self, actions: Any, states: Sequence[State], dt: int = 1, *, validated: bool = False,
-                                 here: Callable[[int, int], tuple] | None = None) -> BatchFuture:
+                                 here: Callable[[int, int], tuple] | None = None, keys: Any = None) -> BatchFuture:
         """:meth:`step_batch_checked`, sent at once (see :meth:`step_batch_async`)."""
         self._check_open()
-        return self._placement.submit(checked_job(self.kind, actions, states, dt, validated, here), False)
+        return self._placement.submit(checked_job(self.kind, actions, states, dt, validated, here, keys), False)
 
     def rollout_batch(
         self,

@@ -16,6 +16,7 @@ from plan_parallel.action_inputs import check_actions
 from plan_parallel.inputs import check_dt, check_rollout, check_seeds, check_states
 from plan_parallel.loops import UniformPolicy
 from plan_parallel.state import State
+from plan_parallel.state.sim_blobs import sim_blobs
 from plan_parallel.wire.codec import Job
 from plan_parallel.wire.messages import RolloutSpec
 
@@ -54,15 +55,18 @@ def step_job(space: spaces.Space, kind: str, reseedable: bool, current: Callable
 
 
 def checked_job(kind: str, actions: Any, states: Sequence[State], dt: int, validated: bool,
-                here: Callable[[int, int], tuple] | None = None) -> Job:
-    """The job of N canonical actions and N states (see :meth:`BatchEnv.step_batch_checked`).
+                here: Callable[[int, int], tuple] | None = None, keys: np.ndarray | None = None) -> Job:
+    """The job of N canonical actions and N states (see :meth:`BatchEnv.step_batch_checked`, also for ``keys``).
 
     Unless ``validated``, the states' kind is checked here, as :func:`step_job` checks it
     (a chunk travels with one kind: the workers could not tell another env's state).
     """
     if not validated:
         states = check_states(states, kind, len(actions), None)
-    return Job(len(states), _owned_actions(actions), list(states), dt, None, validated=validated, here=here)
+    # Workers keep envs for a family whose states have a bytes form (where a restore costs more than matching
+    # a state's value to the one its env holds), and step them once an item.
+    kept = None if keys is None or dt != 1 or sim_blobs(kind) is None else np.array(keys, dtype=np.int64)
+    return Job(len(states), _owned_actions(actions), list(states), dt, None, validated=validated, here=here, keys=kept)
 
 
 def rollout_job(space: spaces.Space, kind: str, reseedable: bool, current: Callable[[], State],

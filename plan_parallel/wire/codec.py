@@ -79,6 +79,8 @@ class Job:
         here: ``here(lo, hi)`` runs items lo..hi in the calling process instead of on its local env
             (lists as ``PlanEnv.run_raw``): a vector env's sub-envs, each kept at its state by an env
             of its own, for a batch placed here or the share of a batch this process runs.
+        keys: n ints, or None: item i is a vector env's sub-env ``keys[i]``, which a worker steps on an env
+            it keeps for that key (a step with dt=1 and no seeds; see :mod:`plan_parallel.workers.kept_envs`).
     """
 
     n: int
@@ -92,6 +94,7 @@ class Job:
     index_errors: bool = True
     validated: bool = False
     here: Callable[[int, int], tuple] | None = None
+    keys: np.ndarray | None = None
 
     @property
     def op(self) -> Op:
@@ -180,7 +183,7 @@ def encode(job: Job, lo: int, hi: int, per_item_out: int, acquire: Callable[[int
         n=m, first_index=lo, slab=None if slab is None else slab.name, slab_size=0 if slab is None else slab.size,
         layout=w.layout, out_offset=-(-w.pos // ALIGN) * ALIGN, actions=req_actions, dt=req_dt, seeds=req_seeds,
         has_seeds=seeds is not None, states=packed, rollout=job.rollout, index_errors=job.index_errors,
-        obs_out=None if obs_to is None else _rows_at(obs_to, lo),
+        obs_out=None if obs_to is None else _rows_at(obs_to, lo), kept=None if job.keys is None else job.keys[lo:hi].tolist(),
     )
     return req, slab
 

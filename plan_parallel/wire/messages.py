@@ -116,6 +116,9 @@ class ChunkRequest:
     # Where the final observations go when they are lent to the caller (see wire.leases): the batch's own
     # slab (name, size), the byte offset of this chunk's first row, the rows' dtype (str) and shape.
     obs_out: tuple[str, int, int, str, tuple[int, ...]] | None = None
+    # Each item's key (a vector env's sub-env index): the worker steps it on an env it keeps for that key
+    # (see workers.kept_envs). None: on the worker's env.
+    kept: list[int] | None = None
 
 
 @dataclass(frozen=True)

@@ -32,6 +32,7 @@ from plan_parallel.wire.messages import (
     reply_wire,
 )
 from plan_parallel.wire.slabs import PROTOCOL, ArrayWriter, Slab, read_columns, write_rows
+from plan_parallel.workers.kept_envs import KeptEnvs
 
 __all__ = ["MAX_ATTACHED", "MAX_ATTACHED_BYTES", "MIN_MESSAGE_ROW_BYTES", "Server", "answer", "build_server", "ready_reply",
            "serve"]
@@ -50,8 +51,9 @@ MIN_MESSAGE_ROW_BYTES = 4096
 class Server:
     """A worker's env, the slabs it attached, and its op handlers (the allow-list is :class:`Op`)."""
 
-    def __init__(self, env: PlanEnv) -> None:
+    def __init__(self, env: PlanEnv, new_env: Callable[[], PlanEnv] | None = None) -> None:
         self.env = env
+        self.kept = KeptEnvs(new_env) if new_env is not None else None  # envs kept for a vector env's sub-envs
         self.slabs: dict[str, Slab] = {}
         self._policy_blob: bytes | None = None
         self._policy_obj: Any = None
@@ -66,7 +68,11 @@ class Server:
         for s in self.slabs.values():
             s.close()
         self.slabs.clear()
-        self.env.close()
+        try:
+            if self.kept is not None:
+                self.kept.close()
+        finally:
+            self.env.close()
 
     def _slab(self, name: str | None, size: int) -> Slab | None:
         if name is None:
@@ -145,9 +151,14 @@ class Server:
 
     def step_batch(self, req: ChunkRequest) -> ChunkReply:
         slab, _, states, actions, dt, seeds = self._read(req)
-        lent = self._lent_rows(req)
-        rows = lent if lent is not None else self._message_rows(req)
-        out_states, obs, rewards, terms, truncs, infos = self.env.run_raw(states, actions, dt, seeds, rows)
+        kept = self.kept if req.kept is not None and states is not None and dt == 1 and seeds is None else None
+        if kept is not None:  # each item on the env kept for its key; its observation is copied after
+            lent = rows = None
+            out_states, obs, rewards, terms, truncs, infos = kept.run(req.kept, states, actions)  # type: ignore[arg-type]
+        else:
+            lent = self._lent_rows(req)
+            rows = lent if lent is not None else self._message_rows(req)
+            out_states, obs, rewards, terms, truncs, infos = self.env.run_raw(states, actions, dt, seeds, rows)
         w = ArrayWriter(slab, req.out_offset)
         listed: np.ndarray | list | None
         if rows is not None:  # in the lent slab already, or in the message as the array they were made in
@@ -211,7 +222,7 @@ def build_server(blob: bytes) -> tuple[Server, WorkerInfo]:
     except (pickle.PicklingError, TypeError, AttributeError):
         spec = None  # e.g. a wrapper holding a lambda: the parent reads the spec from its own env
     info = WorkerInfo(env.observation_space, env.action_space, env.kind, env.reseedable, os.getpid(), spec)
-    return Server(env), info
+    return Server(env, lambda: PlanEnv(factory, adapter=adapter)), info
 
 
 def ready_reply(blob: bytes) -> tuple[Server | None, Reply]:

@@ -1,0 +1,144 @@
+"""A worker's kept envs (one per sub-env of a vector env) never change a result.
+
+Rows of the invariant tables:
+
+* **exact**: an item whose start state is the value its kept env holds steps on
+  without a restore, and any other start state (another sub-env's, one differing
+  only in a wrapper's value) is restored; every result equals the inline
+  backend's from the same states;
+* **never the wrong data**: a make_vec whose workers are killed between steps, and
+  kept envs evicted by the bound, give SyncVectorEnv's steps.
+
+Kept envs serve families whose states travel in a bytes form: ALE, so the envs
+are Pong (RAM observations, short episodes, sticky actions drawn from the RNG).
+"""
+from __future__ import annotations
+
+import os
+import pickle
+import signal
+
+import numpy as np
+import pytest
+from gymnasium.vector import AutoresetMode, SyncVectorEnv
+from gymnasium.vector.utils import batch_space
+
+import plan_parallel as pp
+from plan_parallel.env import PlanEnv
+from plan_parallel.factory import EnvFactory
+from plan_parallel.state import State
+from plan_parallel.workers.kept_envs import KeptEnvs, fingerprint
+from tests.helpers import assert_tree_equal
+
+PONG = ("ALE/Pong-v5", {"obs_type": "ram", "max_episode_steps": 400})
+N = 3
+
+
+def _factory() -> EnvFactory:
+    return EnvFactory(*PONG)
+
+
+def _wired(states: list[State]) -> list[State]:
+    """The states as a worker gets them: new objects of equal value."""
+    return [pickle.loads(pickle.dumps(s)) for s in states]
+
+
+def _same_results(got: tuple, want: tuple, where: str) -> None:
+    """Kept envs' lists against ``PlanEnv.run_raw``'s: states, observations, rewards, flags, infos."""
+    for k, name in enumerate(("states", "obs", "rewards", "terms", "truncs", "infos")):
+        assert len(got[k]) == len(want[k]), f"{where}: {name}"
+        for j, (g, w) in enumerate(zip(got[k], want[k])):
+            if name == "states":
+                assert g == w, f"{where}: {name}[{j}]"
+            else:
+                assert_tree_equal(g, w, f"{where}: {name}[{j}]")
+
+
+@pytest.fixture
+def envs():
+    ref, kept = PlanEnv(_factory()), KeptEnvs(lambda: PlanEnv(_factory()))
+    yield ref, kept
+    kept.close()
+    ref.close()
+
+
+@pytest.mark.timeout(60)
+def test_items_from_the_states_their_envs_returned_step_on_without_a_restore(envs) -> None:
+    """Step after step, each sub-env's state comes back as an equal copy: only the first step restores,
+    and every result equals the inline backend's from the same states."""
+    ref, kept = envs
+    states = [ref.reset(seed=s)[0] for s in range(N)]
+    rng = np.random.default_rng(0)
+    for t in range(12):
+        actions = rng.integers(0, 6, N)
+        want = ref.run_raw(states, actions, 1)
+        got = kept.run(list(range(N)), _wired(states), actions)
+        _same_results(got, want, f"step {t}")
+        states = list(got[0])
+    assert kept.restores == N  # the first step's; each later one started from what its env held
+    assert len(kept) == N
+
+
+@pytest.mark.timeout(60)
+def test_a_start_state_its_env_does_not_hold_is_restored(envs) -> None:
+    """Sub-envs' states given under each other's keys, and a state that differs from the held one only in
+    its TimeLimit counter: each is restored, and the results equal the inline backend's."""
+    ref, kept = envs
+    states = [ref.reset(seed=s)[0] for s in range(N)]
+    actions = np.array([1, 2, 3])
+    states = list(kept.run(list(range(N)), _wired(states), actions)[0])
+    restored = kept.restores
+    swapped = states[1:] + states[:1]
+    _same_results(kept.run(list(range(N)), _wired(swapped), actions), ref.run_raw(swapped, actions, 1), "swapped")
+    assert kept.restores == restored + N
+    ends = list(ref.run_raw(swapped, actions, 1)[0])
+    later = pickle.loads(pickle.dumps(ends[0]))
+    later.wrappers = tuple(w + 1 if type(w) is int else w for w in later.wrappers)
+    assert later.wrappers != ends[0].wrappers and fingerprint(later) != fingerprint(ends[0])
+    restored = kept.restores
+    _same_results(kept.run([0], [later], actions[:1]), ref.run_raw([later], actions[:1], 1), "counter moved")
+    assert kept.restores == restored + 1
+
+
+@pytest.mark.timeout(60)
+def test_the_bound_closes_the_least_recently_used_env_and_results_stay_exact() -> None:
+    ref = PlanEnv(_factory())
+    kept = KeptEnvs(lambda: PlanEnv(_factory()), limit=2)
+    try:
+        states = [ref.reset(seed=s)[0] for s in range(N)]
+        actions = np.array([0, 2, 3])
+        for t in range(3):
+            got = kept.run(list(range(N)), _wired(states), actions)
+            _same_results(got, ref.run_raw(states, actions, 1), f"step {t}")
+            states = list(got[0])
+            assert len(kept) == 2
+    finally:
+        kept.close()
+        ref.close()
+
+
+def _bound(factory: EnvFactory):
+    env = factory()
+    pp.state.bind(env)  # sticky actions drawn in Python, as plan_parallel binds them
+    return env
+
+
+@pytest.mark.timeout(120)
+def test_make_vec_on_workers_killed_between_steps_matches_sync_vector_env() -> None:
+    """Every step on the workers (kept envs on both), a worker killed twice: the replacement keeps none,
+    and each step still equals SyncVectorEnv's."""
+    n, steps = 4, 40
+    ref = SyncVectorEnv([lambda: _bound(_factory()) for _ in range(n)], autoreset_mode=AutoresetMode.NEXT_STEP)
+    with pp.make_vec(PONG[0], n, n_workers=2, small_batch_inline=False, **PONG[1]) as vec:
+        for k, (g, w) in enumerate(zip(vec.reset(seed=3), ref.reset(seed=3))):
+            assert_tree_equal(g, w, f"reset[{k}]")
+        space = batch_space(ref.single_action_space, n)
+        space.seed(0)
+        for t in range(steps):
+            if t in (10, 25):
+                os.kill(vec.plan_env.pids[t // 20], signal.SIGKILL)
+            actions = space.sample()
+            for k, (g, w) in enumerate(zip(vec.step(actions), ref.step(actions))):
+                assert_tree_equal(g, w, f"step {t}[{k}]")
+        assert vec.stats["restarts"] == 2 and vec.stats["inline_batches"] == 0
+    ref.close()
