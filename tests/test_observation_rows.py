@@ -5,6 +5,8 @@ import numpy as np
 import pytest
 
 import plan_parallel as pp
+from plan_parallel.batch import BatchEnv, Tuner
+from plan_parallel.factory import EnvFactory
 
 N = 10
 
@@ -30,6 +32,29 @@ def test_a_batch_made_in_rows_equals_its_items_stepped_one_at_a_time(backend: st
             assert (term, trunc) == (batch.terminations[i], batch.truncations[i])
             assert obs.dtype == batch.observations.dtype and np.array_equal(obs, batch.observations[i])
             assert np.array_equal(batch.states[i].obs, obs)
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("dt", [1, 3])
+def test_a_shared_batch_makes_the_callers_rows_in_its_lent_observations(dt: int) -> None:
+    """Every batch shared (a worker takes chunks from the front, this process pieces from the back, made in
+    the batch's lent rows): each item equals the one a single step makes; in a second batch the caller's
+    rows are made again, not left from the first."""
+    with pp.make("ALE/Pong-v5", backend="inline") as one, BatchEnv(
+        EnvFactory("ALE/Pong-v5", {}), n_workers=1, tuner=Tuner(1, "share", cores=2)
+    ) as env:
+        state, _, _ = one.reset(seed=5)
+        states = [state]
+        for k in range(N - 1):
+            states.append(one.step(k % 6, states[-1], dt=4)[0])
+        for actions in ((np.arange(N) * 5) % 6, (np.arange(N) * 7 + 1) % 6):
+            batch = env.step_batch(actions, states, dt)
+            assert not batch.observations.flags.writeable
+            for i in range(N):
+                s, obs, reward, _, _, info = one.step(int(actions[i]), states[i], dt=dt)
+                assert s == batch.states[i] and reward == batch.rewards[i] and info == batch.infos[i]
+                assert np.array_equal(obs, batch.observations[i]) and np.array_equal(batch.states[i].obs, obs)
+        assert env.stats["shared_items"] > 0 and env.stats["lent_batches"] == 2
 
 
 @pytest.mark.timeout(60)

@@ -37,10 +37,11 @@ from plan_parallel.wire.codec import Job
 __all__ = ["Placement", "run_chunk"]
 
 
-def run_chunk(env: PlanEnv, job: Job, lo: int, hi: int) -> Any:
+def run_chunk(env: PlanEnv, job: Job, lo: int, hi: int, rows: Any = None) -> Any:
     """Items ``lo..hi`` of ``job`` on ``env`` (or the job's own way here): ``run_raw``'s lists, or ``rollout_raw``'s parts.
 
-    The states are checked as a worker checks them (errors name the item's index in the batch).
+    The states are checked as a worker checks them (errors name the item's index in the batch). ``rows``: where
+    a step chunk's observations are made (:meth:`Gather.rows_here`).
     """
     if job.here is not None:
         return job.here(lo, hi)
@@ -51,7 +52,7 @@ def run_chunk(env: PlanEnv, job: Job, lo: int, hi: int) -> Any:
     dt = job.dt if isinstance(job.dt, int) else job.dt[lo:hi]
     seeds = None if job.seeds is None else job.seeds[lo:hi]
     if job.rollout is None:
-        return env.run_raw(states, actions, dt, seeds)
+        return env.run_raw(states, actions, dt, seeds, rows)
     return env.rollout_raw(states, actions, dt, job.rollout.horizon, policy=job.policy, seeds=seeds,
                            first_index=lo, return_all=job.rollout.return_all, n=hi - lo)
 
@@ -222,7 +223,8 @@ class Placement:
         job = fut.job
         assert job is not None and fut.gather is not None
         try:
-            out = run_chunk(local, job, lo, hi)
+            rows = None if job.here is not None else fut.gather.rows_here(lo, hi, local.observation_form())
+            out = run_chunk(local, job, lo, hi, rows)
         except Exception as exc:
             item = getattr(exc, "_pp_item", None)
             exc.add_note(f"raised in the calling process during {job.op.value}"

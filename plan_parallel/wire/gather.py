@@ -58,6 +58,10 @@ class Gather(Protocol):
     def absorb_local(self, lo: int, hi: int, out: Any) -> int:
         """Take chunk lo..hi run in this process (``run_raw``'s lists, or ``rollout_raw``'s parts); its env steps."""
 
+    def rows_here(self, lo: int, hi: int, form: tuple[np.dtype, tuple[int, ...]] | None) -> np.ndarray | None:
+        """The rows in which this process may make chunk lo..hi's observations of ``form`` (see
+        :meth:`PlanEnv.observation_form`), for :meth:`absorb_local` to take as they are; None: none."""
+
     def result(self) -> Any:
         """The batch's result, every chunk absorbed."""
 
@@ -145,12 +149,23 @@ class StepGather:
         self.infos[lo:hi] = infos
         self.ranges.append((lo, hi))
 
+    def rows_here(self, lo: int, hi: int, form: tuple[np.dtype, tuple[int, ...]] | None) -> np.ndarray | None:
+        lent = self.lent
+        if lent is None or self.obs_list is not None or form is None or form != (lent.dtype, lent.shape[1:]):
+            return None
+        return lent[lo:hi]
+
     def absorb_local(self, lo: int, hi: int, out: Any) -> int:
         states, obs, rewards, terms, truncs, infos = out
         self.rewards[lo:hi] = rewards
         self.terms[lo:hi] = terms
         self.truncs[lo:hi] = truncs
-        self._put_obs(lo, hi, None, obs)
+        lent = self.lent
+        if lent is not None and obs and isinstance(obs[0], np.ndarray) and obs[0].ctypes.data == lent[lo].ctypes.data:
+            if self.obs_list is not None:  # made in the lent rows (rows_here), but another chunk's did not fit them
+                self.obs_list[lo:hi] = list(lent[lo:hi])
+        else:
+            self._put_obs(lo, hi, None, obs)
         self.state_parts[lo] = (hi, states)
         self.infos[lo:hi] = infos
         self.ranges.append((lo, hi))
@@ -241,6 +256,9 @@ class RolloutGather:
             unpack_infos(reply.infos, m, cols), all_states, all_obs,
         )
         self._keep(lo, hi, parts)
+
+    def rows_here(self, lo: int, hi: int, form: tuple[np.dtype, tuple[int, ...]] | None) -> np.ndarray | None:
+        return None  # a rollout's final observations are copied into the lent rows after (see absorb_local)
 
     def absorb_local(self, lo: int, hi: int, out: Any) -> int:
         if self.lent is not None:
