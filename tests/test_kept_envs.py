@@ -56,16 +56,19 @@ def _same_results(got: tuple, want: tuple, where: str) -> None:
 
 @pytest.fixture
 def envs():
-    ref, kept = PlanEnv(_factory()), KeptEnvs(lambda: PlanEnv(_factory()))
+    ref, spare = PlanEnv(_factory()), PlanEnv(_factory())
+    kept = KeptEnvs(lambda: PlanEnv(_factory()), spare)
     yield ref, kept
     kept.close()
+    spare.close()
     ref.close()
 
 
 @pytest.mark.timeout(60)
 def test_items_from_the_states_their_envs_returned_step_on_without_a_restore(envs) -> None:
-    """Step after step, each sub-env's state comes back as an equal copy: only the first step restores,
-    and every result equals the inline backend's from the same states."""
+    """Step after step, each sub-env's state comes back as an equal copy: a call builds one env, the items
+    without one are restored on the spare env, and once every key has its env nothing is restored; every
+    result equals the inline backend's from the same states."""
     ref, kept = envs
     states = [ref.reset(seed=s)[0] for s in range(N)]
     rng = np.random.default_rng(0)
@@ -75,8 +78,8 @@ def test_items_from_the_states_their_envs_returned_step_on_without_a_restore(env
         got = kept.run(list(range(N)), _wired(states), actions)
         _same_results(got, want, f"step {t}")
         states = list(got[0])
-    assert kept.restores == N  # the first step's; each later one started from what its env held
-    assert len(kept) == N
+        assert len(kept) == min(t + 1, N)
+    assert kept.restores == N * (N + 1) // 2  # step t restored the N - t items whose env was new or missing
 
 
 @pytest.mark.timeout(60)
@@ -102,18 +105,19 @@ def test_a_start_state_its_env_does_not_hold_is_restored(envs) -> None:
 
 @pytest.mark.timeout(60)
 def test_the_bound_closes_the_least_recently_used_env_and_results_stay_exact() -> None:
-    ref = PlanEnv(_factory())
-    kept = KeptEnvs(lambda: PlanEnv(_factory()), limit=2)
+    ref, spare = PlanEnv(_factory()), PlanEnv(_factory())
+    kept = KeptEnvs(lambda: PlanEnv(_factory()), spare, limit=2)
     try:
         states = [ref.reset(seed=s)[0] for s in range(N)]
         actions = np.array([0, 2, 3])
-        for t in range(3):
+        for t in range(4):
             got = kept.run(list(range(N)), _wired(states), actions)
             _same_results(got, ref.run_raw(states, actions, 1), f"step {t}")
             states = list(got[0])
-            assert len(kept) == 2
+            assert len(kept) == min(t + 1, 2)
     finally:
         kept.close()
+        spare.close()
         ref.close()
 
 

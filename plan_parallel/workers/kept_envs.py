@@ -4,7 +4,7 @@ A vector env's step sent to the workers carries each item's key (its sub-env's
 index). The worker steps the item on the env of that key. When the item starts
 from the state that env returned at its last step (the same value, come back
 from the caller), the env holds it already and steps on without a restore: ALE's
-``restoreState`` is ~100 us of a ~300 us Pong step. Any other start state is
+``restoreState`` is ~100 us of a ~300 us Pong step with frameskip 1. Any other start state is
 restored first, so a result never depends on which env ran it, nor on what that
 env held: the same value restored sets what the env holds already (a captured
 state is complete).
@@ -42,11 +42,17 @@ def fingerprint(state: State) -> tuple[bytes, bytes] | None:
 
 
 class KeptEnvs:
-    """Envs built with ``build()`` on first use of a key, each with the state it holds (and that state's
-    :func:`fingerprint`); at most ``limit`` of them."""
+    """Envs built with ``build()`` for keys, each with the state it holds (and that state's :func:`fingerprint`);
+    at most ``limit`` of them.
 
-    def __init__(self, build: Callable[[], PlanEnv], limit: int = MAX_KEPT) -> None:
+    A call builds one env at most (an ALE env takes ~140 ms to build): the items of other keys without one
+    step on ``spare`` (the worker's own env), restored, as they would without kept envs. So a vector env of
+    many sub-envs fills its workers' kept envs over its first steps instead of stalling its first one.
+    """
+
+    def __init__(self, build: Callable[[], PlanEnv], spare: PlanEnv, limit: int = MAX_KEPT) -> None:
         self._build = build
+        self._spare = spare
         self._limit = limit
         self._kept: OrderedDict[int, tuple[PlanEnv, State | None, tuple[bytes, bytes] | None]] = OrderedDict()
         self.restores = 0  # items that started from a state their env did not hold (telemetry, and for tests)
@@ -54,11 +60,8 @@ class KeptEnvs:
     def __len__(self) -> int:
         return len(self._kept)
 
-    def _env(self, key: int) -> tuple[PlanEnv, State | None, tuple[bytes, bytes] | None]:
-        kept = self._kept.get(key)
-        if kept is not None:
-            self._kept.move_to_end(key)
-            return kept
+    def _new(self, key: int) -> tuple[PlanEnv, None, None]:
+        """A new env for ``key`` (the least recently used one closed first when there are ``limit``)."""
         while len(self._kept) >= self._limit:
             _, (old, _, _) = self._kept.popitem(last=False)
             old.close()
@@ -75,18 +78,27 @@ class KeptEnvs:
         rewards, terms, truncs = [0.0] * n, [False] * n, [False] * n
         infos: list[dict] = [{}] * n
         j = 0
+        built = False
         try:
             for j in range(n):
                 key, state = keys[j], states[j]
-                env, held, held_print = self._env(key)
-                self._kept[key] = (env, None, None)  # unknown until the step returns (it may raise)
-                if held is not None and held_print is not None and held_print == fingerprint(state):
-                    state = held  # the very object the env holds: no restore
-                else:
+                kept = self._kept.get(key)
+                if kept is not None:
+                    self._kept.move_to_end(key)
+                elif not built:
+                    kept, built = self._new(key), True
+                if kept is None:  # no env for this key, and this call built one already
                     self.restores += 1
-                ends[j], obs[j], rewards[j], terms[j], truncs[j], info = env.step_from(state, actions[j])
-                end = ends[j]
-                self._kept[key] = (env, end, fingerprint(end))  # type: ignore[arg-type]
+                    ends[j], obs[j], rewards[j], terms[j], truncs[j], info = self._spare.step_from(state, actions[j])
+                else:
+                    env, held, held_print = kept
+                    self._kept[key] = (env, None, None)  # unknown until the step returns (it may raise)
+                    if held is not None and held_print is not None and held_print == fingerprint(state):
+                        state = held  # the very object the env holds: no restore
+                    else:
+                        self.restores += 1
+                    ends[j], obs[j], rewards[j], terms[j], truncs[j], info = env.step_from(state, actions[j])
+                    self._kept[key] = (env, ends[j], fingerprint(ends[j]))  # type: ignore[arg-type]
                 infos[j] = {**info, "n_steps": 1} if info else {"n_steps": 1}  # a copy: the env may reuse its dict
         except Exception as e:
             e._pp_item = j  # type: ignore[attr-defined]

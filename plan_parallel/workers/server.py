@@ -53,7 +53,7 @@ class Server:
 
     def __init__(self, env: PlanEnv, new_env: Callable[[], PlanEnv] | None = None) -> None:
         self.env = env
-        self.kept = KeptEnvs(new_env) if new_env is not None else None  # envs kept for a vector env's sub-envs
+        self.kept = KeptEnvs(new_env, env) if new_env is not None else None  # envs kept for a vector env's sub-envs
         self.slabs: dict[str, Slab] = {}
         self._policy_blob: bytes | None = None
         self._policy_obj: Any = None
