@@ -25,7 +25,7 @@ from plan_parallel.item_rng import item_rng
 from plan_parallel.results import RolloutBatch, stack_observations
 from plan_parallel.state import Adapter, State, StateBatch
 
-__all__ = ["RolloutParts", "UniformPolicy", "run_items", "run_rollouts", "to_rollout_batch"]
+__all__ = ["RolloutParts", "UniformPolicy", "run_items", "run_rollouts", "step_each", "to_rollout_batch"]
 
 Policy = Callable[[Any, np.random.Generator], Any]
 
@@ -138,6 +138,22 @@ def run_items(
         e._pp_item = i  # type: ignore[attr-defined]
         raise
     return out_states, out_obs, rewards, terms, truncs, infos
+
+
+def step_each(n: int, step: Callable[[int], tuple]) -> tuple[list, list, list, list, list, list]:
+    """``step(j)`` for each item j of ``n``, one env step each, returning ``(end state, observation, reward,
+    terminated, truncated, info)`` as :meth:`PlanEnv.step_from` does; lists as :func:`run_items` (each info a
+    copy, with ``"n_steps": 1``). On an error the exception carries the failing item's index as ``_pp_item``."""
+    ends, obs, rewards, terms, truncs, infos = _item_lists(n)
+    j = 0
+    try:
+        for j in range(n):
+            ends[j], obs[j], rewards[j], terms[j], truncs[j], info = step(j)
+            infos[j] = {**info, "n_steps": 1} if info else {"n_steps": 1}  # a copy: the env may reuse its dict
+    except Exception as e:
+        e._pp_item = j  # type: ignore[attr-defined]
+        raise
+    return ends, obs, rewards, terms, truncs, infos
 
 
 class RolloutParts(NamedTuple):

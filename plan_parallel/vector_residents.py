@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from plan_parallel.env import PlanEnv
+from plan_parallel.loops import step_each
 from plan_parallel.state import State
 from plan_parallel.vector_groups import Group, RecipeGroups, close_each
 
@@ -60,20 +61,12 @@ class Residents:
         """One step of sub-envs ``ids`` from ``states`` with their checked ``actions``, each on its own env
         (:meth:`PlanEnv.step_from`); lists as :meth:`PlanEnv.run_raw`. On an env error the exception
         carries the failing item's index as ``_pp_item``."""
-        n = len(states)
-        ends: list[State | None] = [None] * n
-        obs: list[Any] = [None] * n
-        rewards, terms, truncs = [0.0] * n, [False] * n, [False] * n
-        infos: list[dict] = [{}] * n
-        j = 0
         try:
-            for j, env in enumerate(self.of(ids.tolist())):
-                ends[j], obs[j], rewards[j], terms[j], truncs[j], info = env.step_from(states[j], actions[j])  # type: ignore[arg-type]  # started
-                infos[j] = {**info, "n_steps": 1} if info else {"n_steps": 1}  # a copy: the env may reuse its dict
-        except Exception as e:
-            e._pp_item = j  # type: ignore[attr-defined]
+            envs = self.of(ids.tolist())
+        except Exception as e:  # building a sub-env's env failed: the first item's error, as the loop's
+            e._pp_item = 0  # type: ignore[attr-defined]
             raise
-        return ends, obs, rewards, terms, truncs, infos
+        return step_each(len(states), lambda j: envs[j].step_from(states[j], actions[j]))  # type: ignore[arg-type]  # started
 
     def close(self) -> None:
         """Close every env built (each is tried; the first error raises after all were)."""

@@ -22,6 +22,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from plan_parallel.env import PlanEnv
+from plan_parallel.loops import step_each
 from plan_parallel.state import State
 
 __all__ = ["MAX_KEPT", "KeptEnvs", "fingerprint"]
@@ -72,38 +73,35 @@ class KeptEnvs:
         """One step (dt=1) of each item from ``states[j]`` with ``actions[j]`` (checked), on the env of
         ``keys[j]``; lists as :meth:`PlanEnv.run_raw`. On an env error the exception carries the failing
         item's index as ``_pp_item``, and that env holds no known state."""
-        n = len(states)
-        ends: list[State | None] = [None] * n
-        obs: list[Any] = [None] * n
-        rewards, terms, truncs = [0.0] * n, [False] * n, [False] * n
-        infos: list[dict] = [{}] * n
-        j = 0
         built = False
-        try:
-            for j in range(n):
-                key, state = keys[j], states[j]
-                kept = self._kept.get(key)
-                if kept is not None:
-                    self._kept.move_to_end(key)
-                elif not built:
-                    kept, built = self._new(key), True
-                if kept is None:  # no env for this key, and this call built one already
-                    self.restores += 1
-                    ends[j], obs[j], rewards[j], terms[j], truncs[j], info = self._spare.step_from(state, actions[j])
-                else:
-                    env, held, held_print = kept
-                    self._kept[key] = (env, None, None)  # unknown until the step returns (it may raise)
-                    if held is not None and held_print is not None and held_print == fingerprint(state):
-                        state = held  # the very object the env holds: no restore
-                    else:
-                        self.restores += 1
-                    ends[j], obs[j], rewards[j], terms[j], truncs[j], info = env.step_from(state, actions[j])
-                    self._kept[key] = (env, ends[j], fingerprint(ends[j]))  # type: ignore[arg-type]
-                infos[j] = {**info, "n_steps": 1} if info else {"n_steps": 1}  # a copy: the env may reuse its dict
-        except Exception as e:
-            e._pp_item = j  # type: ignore[attr-defined]
-            raise
-        return ends, obs, rewards, terms, truncs, infos
+
+        def one(j: int) -> tuple:
+            nonlocal built
+            key = keys[j]
+            kept = self._kept.get(key)
+            if kept is not None:
+                self._kept.move_to_end(key)
+            elif not built:
+                kept, built = self._new(key), True
+            if kept is None:  # no env for this key, and this call built one already
+                self.restores += 1
+                return self._spare.step_from(states[j], actions[j])
+            return self._step_kept(key, kept, states[j], actions[j])
+
+        return step_each(len(states), one)
+
+    def _step_kept(self, key: int, kept: tuple[PlanEnv, State | None, tuple[bytes, bytes] | None], state: State,
+                   action: Any) -> tuple:
+        """One step of ``state`` on ``key``'s env, without a restore when the env holds that value."""
+        env, held, held_print = kept
+        self._kept[key] = (env, None, None)  # unknown until the step returns (it may raise)
+        if held is not None and held_print is not None and held_print == fingerprint(state):
+            state = held  # the very object the env holds: no restore
+        else:
+            self.restores += 1
+        out = env.step_from(state, action)
+        self._kept[key] = (env, out[0], fingerprint(out[0]))
+        return out
 
     def close(self) -> None:
         """Close every kept env."""
