@@ -220,10 +220,17 @@ def test_any_space_tuple_obs_dict_actions(backend: str, w: int) -> None:
 @pytest.mark.ray
 @pytest.mark.timeout(120)
 def test_matches_sync_on_ray() -> None:
+    """CartPole, and sticky Pong (RAM), whose sub-envs the actors keep envs for (workers.kept_envs)."""
     pytest.importorskip("ray")
     ref = oracle("CartPole-v1", 4, AutoresetMode.NEXT_STEP)
     with make("CartPole-v1", 4, AutoresetMode.NEXT_STEP, "ray", 2) as vec:
         drive(vec, ref, 60)
+    ref.close()
+    sticky = {"obs_type": "ram", "max_episode_steps": 20}
+    ref = oracle("ALE/Pong-v5", 3, AutoresetMode.NEXT_STEP, bound=True, **sticky)
+    with make("ALE/Pong-v5", 3, AutoresetMode.NEXT_STEP, "ray", 2, **sticky) as vec:
+        drive(vec, ref, 45)
+        assert vec.stats["inline_batches"] == 0 and vec.stats["items"] > 0  # the actors did the steps
     ref.close()
 
 
