@@ -57,7 +57,7 @@ def _same_results(got: tuple, want: tuple, where: str) -> None:
 @pytest.fixture
 def envs():
     ref, spare = PlanEnv(_factory()), PlanEnv(_factory())
-    kept = KeptEnvs(lambda: PlanEnv(_factory()), spare)
+    kept = KeptEnvs(lambda: PlanEnv(_factory()), spare, build_share=1.0)  # one build a call, no wait
     yield ref, kept
     kept.close()
     spare.close()
@@ -106,7 +106,7 @@ def test_a_start_state_its_env_does_not_hold_is_restored(envs) -> None:
 @pytest.mark.timeout(60)
 def test_the_bound_closes_the_least_recently_used_env_and_results_stay_exact() -> None:
     ref, spare = PlanEnv(_factory()), PlanEnv(_factory())
-    kept = KeptEnvs(lambda: PlanEnv(_factory()), spare, limit=2)
+    kept = KeptEnvs(lambda: PlanEnv(_factory()), spare, limit=2, build_share=1.0)
     try:
         states = [ref.reset(seed=s)[0] for s in range(N)]
         actions = np.array([0, 2, 3])
@@ -115,6 +115,27 @@ def test_the_bound_closes_the_least_recently_used_env_and_results_stay_exact() -
             _same_results(got, ref.run_raw(states, actions, 1), f"step {t}")
             states = list(got[0])
             assert len(kept) == min(t + 1, 2)
+    finally:
+        kept.close()
+        spare.close()
+        ref.close()
+
+
+@pytest.mark.timeout(60)
+def test_builds_wait_their_share_of_the_time_and_items_without_an_env_stay_exact() -> None:
+    """With builds allowed 0.1 % of the time, the first call builds one env and the next calls (well
+    within 1,000 times that build's duration) none: their items step on the spare env, exactly."""
+    ref, spare = PlanEnv(_factory()), PlanEnv(_factory())
+    kept = KeptEnvs(lambda: PlanEnv(_factory()), spare, build_share=0.001)
+    try:
+        states = [ref.reset(seed=s)[0] for s in range(N)]
+        actions = np.array([4, 0, 5])
+        for t in range(4):
+            got = kept.run(list(range(N)), _wired(states), actions)
+            _same_results(got, ref.run_raw(states, actions, 1), f"step {t}")
+            states = list(got[0])
+            assert len(kept) == 1
+        assert kept.restores == N + 3 * (N - 1)  # key 0's env restored once; the others on the spare each time
     finally:
         kept.close()
         spare.close()

@@ -17,6 +17,7 @@ state is complete).
 from __future__ import annotations
 
 import pickle
+import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -25,9 +26,14 @@ from plan_parallel.env import PlanEnv
 from plan_parallel.loops import step_each
 from plan_parallel.state import State
 
-__all__ = ["MAX_KEPT", "KeptEnvs", "fingerprint"]
+__all__ = ["BUILD_SHARE", "MAX_KEPT", "KeptEnvs", "fingerprint"]
 
 MAX_KEPT = 64  # envs a worker keeps at most (an ALE env ~1.1 MB); the least recently used is closed
+# Building envs takes at most about this share of a worker's time: after a build of d seconds the next
+# waits d (1 / share - 1). (make_vec, 16 Pongs on W=2, every step on the workers, one build per chunk:
+# the first 20 steps took up to 563 ms each, where a step takes ~12, as chunks moved sub-envs between
+# workers; with a share of 0.1 the first took 165 ms and the next 59 at most 17.)
+BUILD_SHARE = 0.25
 
 
 def fingerprint(state: State) -> tuple[bytes, bytes] | None:
@@ -46,15 +52,20 @@ class KeptEnvs:
     """Envs built with ``build()`` for keys, each with the state it holds (and that state's :func:`fingerprint`);
     at most ``limit`` of them.
 
-    A call builds one env at most (an ALE env takes ~140 ms to build): the items of other keys without one
-    step on ``spare`` (the worker's own env), restored, as they would without kept envs. So a vector env of
-    many sub-envs fills its workers' kept envs over its first steps instead of stalling its first one.
+    A call builds one env at most (an ALE env takes ~140 ms to build), and only when builds have taken
+    no more than ``build_share`` of the time since the first (see :data:`BUILD_SHARE`): the items of keys
+    without an env step on ``spare`` (the worker's own env), restored, as they would without kept envs.
+    So a vector env of many sub-envs fills its workers' kept envs over its first steps instead of
+    stalling them.
     """
 
-    def __init__(self, build: Callable[[], PlanEnv], spare: PlanEnv, limit: int = MAX_KEPT) -> None:
+    def __init__(self, build: Callable[[], PlanEnv], spare: PlanEnv, limit: int = MAX_KEPT,
+                 build_share: float = BUILD_SHARE) -> None:
         self._build = build
         self._spare = spare
         self._limit = limit
+        self._build_share = build_share
+        self._next_build = 0.0  # no env is built before this time.monotonic()
         self._kept: OrderedDict[int, tuple[PlanEnv, State | None, tuple[bytes, bytes] | None]] = OrderedDict()
         self.restores = 0  # items that started from a state their env did not hold (telemetry, and for tests)
 
@@ -66,14 +77,16 @@ class KeptEnvs:
         while len(self._kept) >= self._limit:
             _, (old, _, _) = self._kept.popitem(last=False)
             old.close()
+        t0 = time.monotonic()
         kept = self._kept[key] = (self._build(), None, None)
+        self._next_build = t0 + (time.monotonic() - t0) / self._build_share
         return kept
 
     def run(self, keys: Sequence[int], states: Sequence[State], actions: Any) -> tuple:
         """One step (dt=1) of each item from ``states[j]`` with ``actions[j]`` (checked), on the env of
         ``keys[j]``; lists as :meth:`PlanEnv.run_raw`. On an env error the exception carries the failing
         item's index as ``_pp_item``, and that env holds no known state."""
-        built = False
+        built = time.monotonic() < self._next_build  # (as if this call had built one already)
 
         def one(j: int) -> tuple:
             nonlocal built
@@ -83,7 +96,7 @@ class KeptEnvs:
                 self._kept.move_to_end(key)
             elif not built:
                 kept, built = self._new(key), True
-            if kept is None:  # no env for this key, and this call built one already
+            if kept is None:  # no env for this key, and none is built now
                 self.restores += 1
                 return self._spare.step_from(states[j], actions[j])
             return self._step_kept(key, kept, states[j], actions[j])
