@@ -17,6 +17,8 @@ from __future__ import annotations
 import os
 import pickle
 import signal
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import numpy as np
 import pytest
@@ -54,14 +56,34 @@ def _same_results(got: tuple, want: tuple, where: str) -> None:
                 assert_tree_equal(g, w, f"{where}: {name}[{j}]")
 
 
-@pytest.fixture
-def envs():
+@contextmanager
+def _ref_and_kept(**options: float) -> Iterator[tuple[PlanEnv, KeptEnvs]]:
+    """An inline env (the reference) and kept envs with a spare env of their own, all closed after."""
     ref, spare = PlanEnv(_factory()), PlanEnv(_factory())
-    kept = KeptEnvs(lambda: PlanEnv(_factory()), spare, build_share=1.0)  # one build a call, no wait
-    yield ref, kept
-    kept.close()
-    spare.close()
-    ref.close()
+    kept = KeptEnvs(lambda: PlanEnv(_factory()), spare, **options)  # type: ignore[arg-type]
+    try:
+        yield ref, kept
+    finally:
+        kept.close()
+        spare.close()
+        ref.close()
+
+
+def _step_along(ref: PlanEnv, kept: KeptEnvs, actions: np.ndarray, steps: int) -> Iterator[int]:
+    """Step N sub-envs from seeded resets ``steps`` times on the kept envs, each step checked against the
+    reference's; yields after each step (its index)."""
+    states = [ref.reset(seed=s)[0] for s in range(N)]
+    for t in range(steps):
+        got = kept.run(list(range(N)), _wired(states), actions)
+        _same_results(got, ref.run_raw(states, actions, 1), f"step {t}")
+        states = list(got[0])
+        yield t
+
+
+@pytest.fixture
+def envs() -> Iterator[tuple[PlanEnv, KeptEnvs]]:
+    with _ref_and_kept(build_share=1.0) as both:  # one build a call, no wait
+        yield both
 
 
 @pytest.mark.timeout(60)
@@ -105,41 +127,19 @@ def test_a_start_state_its_env_does_not_hold_is_restored(envs) -> None:
 
 @pytest.mark.timeout(60)
 def test_the_bound_closes_the_least_recently_used_env_and_results_stay_exact() -> None:
-    ref, spare = PlanEnv(_factory()), PlanEnv(_factory())
-    kept = KeptEnvs(lambda: PlanEnv(_factory()), spare, limit=2, build_share=1.0)
-    try:
-        states = [ref.reset(seed=s)[0] for s in range(N)]
-        actions = np.array([0, 2, 3])
-        for t in range(4):
-            got = kept.run(list(range(N)), _wired(states), actions)
-            _same_results(got, ref.run_raw(states, actions, 1), f"step {t}")
-            states = list(got[0])
+    with _ref_and_kept(limit=2, build_share=1.0) as (ref, kept):
+        for t in _step_along(ref, kept, np.array([0, 2, 3]), 4):
             assert len(kept) == min(t + 1, 2)
-    finally:
-        kept.close()
-        spare.close()
-        ref.close()
 
 
 @pytest.mark.timeout(60)
 def test_builds_wait_their_share_of_the_time_and_items_without_an_env_stay_exact() -> None:
     """With builds allowed 0.1 % of the time, the first call builds one env and the next calls (well
     within 1,000 times that build's duration) none: their items step on the spare env, exactly."""
-    ref, spare = PlanEnv(_factory()), PlanEnv(_factory())
-    kept = KeptEnvs(lambda: PlanEnv(_factory()), spare, build_share=0.001)
-    try:
-        states = [ref.reset(seed=s)[0] for s in range(N)]
-        actions = np.array([4, 0, 5])
-        for t in range(4):
-            got = kept.run(list(range(N)), _wired(states), actions)
-            _same_results(got, ref.run_raw(states, actions, 1), f"step {t}")
-            states = list(got[0])
+    with _ref_and_kept(build_share=0.001) as (ref, kept):
+        for _ in _step_along(ref, kept, np.array([4, 0, 5]), 4):
             assert len(kept) == 1
         assert kept.restores == N + 3 * (N - 1)  # key 0's env restored once; the others on the spare each time
-    finally:
-        kept.close()
-        spare.close()
-        ref.close()
 
 
 def _bound(factory: EnvFactory):
