@@ -331,12 +331,19 @@ def test_set_states_rejects_bad_states() -> None:
 
 
 # ---------------------------------------------------------------------------- recovery
-@pytest.mark.timeout(90)
+# Sticky Pong (RAM): the workers keep envs for its sub-envs (workers.kept_envs), and a replacement keeps none.
+RECOVERY_CASES = {"cartpole": ("CartPole-v1", {}, False),
+                  "pong-sticky": ("ALE/Pong-v5", {"obs_type": "ram", "max_episode_steps": 400}, True)}
+
+
+@pytest.mark.timeout(120)
 @pytest.mark.parametrize("mode", [AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP])
-def test_recovers_from_a_killed_worker(mode: AutoresetMode) -> None:
+@pytest.mark.parametrize("case", list(RECOVERY_CASES))
+def test_recovers_from_a_killed_worker(case: str, mode: AutoresetMode) -> None:
+    env, kw, bound = RECOVERY_CASES[case]
     n, steps = 6, 80
-    ref = oracle("CartPole-v1", n, mode)
-    with make("CartPole-v1", n, mode, "process", 2) as vec:
+    ref = oracle(env, n, mode, bound=bound, **kw)
+    with make(env, n, mode, "process", 2, **kw) as vec:
         assert vec.recover
         same(vec.reset(seed=SEED), ref.reset(seed=SEED), "reset")
         space = batch_space(ref.single_action_space, n)
@@ -346,7 +353,7 @@ def test_recovers_from_a_killed_worker(mode: AutoresetMode) -> None:
                 os.kill(vec.plan_env.pids[t // 30], signal.SIGKILL)
             actions = space.sample()
             same(vec.step(actions), ref.step(actions), f"step {t}")
-        assert vec.stats["restarts"] == 2
+        assert vec.stats["restarts"] == 2 and vec.stats["inline_batches"] == 0
     ref.close()
 
 
