@@ -65,11 +65,11 @@ def _install() -> None:
 
     @functools.wraps(native)
     def load_game(self: Any, *args: Any, **kwargs: Any) -> Any:
-        if getattr(_building, "on", False) and _LOADED_AT_ZERO not in self.__dict__:
+        if getattr(_building, "on", False) and not hasattr(self, _LOADED_AT_ZERO):
             p = float(self.ale.getFloat("repeat_action_probability"))
             if p > 0.0:
                 self.ale.setFloat("repeat_action_probability", 0.0)
-                self.__dict__[_LOADED_AT_ZERO] = p
+                setattr(self, _LOADED_AT_ZERO, p)
         return native(self, *args, **kwargs)
 
     ale_env.AtariEnv.load_game = load_game  # type: ignore[method-assign]  # a wrapper of the same call
@@ -78,8 +78,9 @@ def _install() -> None:
 def draw_sticky_in_python(u: Any) -> None:
     """Take over the stickiness of AtariEnv ``u`` built inside :func:`loads_without_stickiness` (nothing to do
     when it asked for none, or was not loaded there)."""
-    p = u.__dict__.pop(_LOADED_AT_ZERO, None)
+    p = getattr(u, _LOADED_AT_ZERO, None)
     if p is not None:
+        delattr(u, _LOADED_AT_ZERO)
         take_over_stickiness(u, p, reload=False)
 
 
@@ -125,7 +126,9 @@ def _recipe_key(u: Any) -> Any:
     ``gym.make``, whose spec has them), or the env itself."""
     kwargs = getattr(getattr(u, "spec", None), "kwargs", None)
     if kwargs is None:
-        return u.__dict__.setdefault("_pp_load_key", object())
+        if not hasattr(u, "_pp_load_key"):
+            u._pp_load_key = object()
+        return u._pp_load_key
     return tuple(sorted((k, repr(v)) for k, v in kwargs.items()))
 
 

@@ -83,31 +83,30 @@ class ClassicControlAdapter(Adapter):
             cname in self.RNG_FREE_STEP
             or (cname == "AcrobotEnv" and not getattr(self.u, "torque_noise_max", 0.0))
         )
+        # Through attributes, never ``u.__dict__``: on CPython 3.11 an object whose dict was asked for
+        # reads its attributes slower for good (CartPole's own step: 9.9 -> 11.3 us).
         u = self.u
         if names == ("steps_beyond_terminated",):
-            d = u.__dict__
-
             def get_extra() -> Any:
-                v = d["steps_beyond_terminated"]
+                v = u.steps_beyond_terminated
                 if v is RESTORED_ZERO:
                     return 0
                 if type(v) is int and v == 0:  # the env may step on from this captured state, as if restored
-                    d["steps_beyond_terminated"] = RESTORED_ZERO
+                    u.steps_beyond_terminated = RESTORED_ZERO
                 return v
 
             def set_extra(v: Any) -> None:
                 # A restored terminal state steps without CartPole's "already returned
                 # terminated = True" warning: plan_parallel steps terminal states on purpose.
-                d["steps_beyond_terminated"] = RESTORED_ZERO if v == 0 else v
+                u.steps_beyond_terminated = RESTORED_ZERO if v == 0 else v
         elif len(names) == 1:
             (n,) = names
-            d = u.__dict__
 
             def get_extra() -> Any:
-                return d[n]
+                return getattr(u, n)
 
             def set_extra(v: Any) -> None:
-                d[n] = v
+                setattr(u, n, v)
         else:
             def get_extra() -> Any:
                 return None
@@ -175,14 +174,15 @@ class ToyTextAdapter(Adapter):
         self._fields = self.FIELDS[type(self.u).__name__]
 
     def get_sim(self) -> tuple[Any, Any]:
-        d = self.u.__dict__
+        u = self.u  # its attributes, not its __dict__ (see ClassicControlAdapter)
+        values = (getattr(u, f, None) for f in self._fields)
         # Blackjack appends to its hands in place: copy lists.
-        return tuple(list(d[f]) if isinstance(d.get(f), list) else d.get(f) for f in self._fields), None
+        return tuple(list(v) if isinstance(v, list) else v for v in values), None
 
     def set_sim(self, sim: Any, extra: Any) -> None:
-        d = self.u.__dict__
+        u = self.u
         for f, v in zip(self._fields, sim):
-            d[f] = list(v) if isinstance(v, list) else v
+            setattr(u, f, list(v) if isinstance(v, list) else v)
 
     def check_sim(self, sim: Any) -> str | None:
         if not isinstance(sim, tuple) or len(sim) != len(self._fields):
@@ -242,7 +242,7 @@ class AleAdapter(Adapter):
 
         self._state_type = ale_py.ALEState
         self._noop = ale_py.Action.NOOP.value
-        if "_pp_sticky_p" not in u.__dict__:  # else built by EnvFactory.build_to_bind: taken over already
+        if not hasattr(u, "_pp_sticky_p"):  # else built by EnvFactory.build_to_bind: taken over already
             take_over_stickiness(u, float(self._ale.getFloat("repeat_action_probability")), reload=True)
         self._sticky = u._pp_sticky_p > 0.0
         # How AtariEnv._get_obs reads the observation, as a call that writes it into a given array.

@@ -84,23 +84,21 @@ def _attrs_codec(*names: str, deep: bool = False) -> tuple[Getter, Setter]:
         (n,) = names
 
         def get1(w: Any) -> Any:
-            return cp(w.__dict__[n])
+            return cp(getattr(w, n))
 
         def set1(w: Any, v: Any) -> None:
-            w.__dict__[n] = cp(v)
+            setattr(w, n, cp(v))
 
         if not deep:  # a stack of one such wrapper reads and writes its dict entry directly (WrapperStack)
             _PLAIN_ATTR[get1] = n
         return get1, set1
 
     def get(w: Any) -> Any:
-        d = w.__dict__
-        return tuple(cp(d[n]) for n in names)
+        return tuple(cp(getattr(w, n)) for n in names)
 
     def set_(w: Any, v: Any) -> None:
-        d = w.__dict__
         for n, x in zip(names, v):
-            d[n] = cp(x)
+            setattr(w, n, cp(x))
 
     return get, set_
 
@@ -235,9 +233,9 @@ class WrapperStack:
             self.get = _empty_get
             self._set = _noop_set
         elif n == 1 and bound[0][1] in _PLAIN_ATTR:  # TimeLimit alone: its counter (a call each way, not three)
-            d, attr = bound[0][0].__dict__, _PLAIN_ATTR[bound[0][1]]
-            self.get = lambda: (d[attr],)
-            self._set = lambda v: d.__setitem__(attr, v[0])
+            w, attr = bound[0][0], _PLAIN_ATTR[bound[0][1]]
+            self.get = lambda: (getattr(w, attr),)
+            self._set = lambda v: setattr(w, attr, v[0])
         elif n == 1:
             w, g, s = bound[0]
             self.get = lambda: (g(w),)
@@ -264,7 +262,8 @@ class WrapperStack:
     def prime(self) -> None:
         """Mark every wrapper as reset and checked, as if the env had been reset once."""
         for w, attrs in self._primers:
-            w.__dict__.update(attrs)
+            for name, value in attrs.items():
+                setattr(w, name, value)
         self.after_reset()
 
     def after_reset(self) -> None:
@@ -322,14 +321,13 @@ def direct_step(env: Any, inner: Callable[[Any], tuple] | None = None) -> Callab
     if inner is None:
         inner = e.step
     full = env.step
-    checked = [w.__dict__ for w in gates if type(w) is gym.wrappers.PassiveEnvChecker]
-    ordered = [w.__dict__ for w in gates if type(w) is gym.wrappers.OrderEnforcing]
+    checked = [w for w in gates if type(w) is gym.wrappers.PassiveEnvChecker]
+    ordered = [w for w in gates if type(w) is gym.wrappers.OrderEnforcing]
     opened = False  # the gates, once open, stay open (gymnasium never closes them)
 
     def gates_open() -> bool:
         nonlocal opened
-        opened = all(d["_has_reset"] for d in ordered) and all(
-            d["checked_step"] and d["checked_data_reuse"] for d in checked)
+        opened = all(w._has_reset for w in ordered) and all(w.checked_step and w.checked_data_reuse for w in checked)
         return opened
 
     if not limits:
@@ -338,14 +336,13 @@ def direct_step(env: Any, inner: Callable[[Any], tuple] | None = None) -> Callab
 
         return step
     (limit,) = limits
-    counter = limit.__dict__
 
     def step_with_limit(action: Any) -> tuple:
         if not (opened or gates_open()):
             return full(action)
         obs, reward, terminated, truncated, info = inner(action)
-        n = counter["_elapsed_steps"] = counter["_elapsed_steps"] + 1
-        if n >= counter["_max_episode_steps"]:
+        n = limit._elapsed_steps = limit._elapsed_steps + 1
+        if n >= limit._max_episode_steps:
             truncated = True
         return obs, reward, terminated, truncated, info
 
