@@ -7,9 +7,13 @@ this process when the process backend judges them too small to gain from
 workers), with every batch on the workers (``no-inline``), and the inline
 backend (the cost of the state protocol and of the vector layer alone).
 
-The vector envs take turns of :data:`TURN_STEPS` vector steps each, in rotation,
-through ``repeats`` passes over the pre-drawn actions: a change of the machine's
-speed (this VM's neighbours) lands on every contestant alike. Figures are env
+The vector envs take turns of :data:`TURN_STEPS` vector steps each, through
+``repeats`` passes over the pre-drawn actions: a change of the machine's speed
+(this VM's neighbours) lands on every contestant alike. Their order is shuffled
+at each turn (seeded): a turn after AsyncVectorEnv's, whose 16 processes have
+just run, starts with cold caches, and in a fixed order the same contestant
+always paid for it (16 CartPoles: make_vec W=2 0.81 x Sync after it, 0.93
+elsewhere; inline 0.93 and 0.87). Figures are env
 steps per second (vector steps x sub-envs) over all turns; each ratio is the
 median of the per-turn ratios to SyncVectorEnv (and to AsyncVectorEnv). The CPU column is
 the CPU time of this process and of the vector env's worker processes over all
@@ -17,6 +21,7 @@ its turns, per env step: what an env step costs the machine, wherever it ran.
 """
 from __future__ import annotations
 
+import random
 import statistics
 import time
 from collections.abc import Callable
@@ -66,8 +71,8 @@ def bench_vector(repeats: int, quick: bool, workers: int,
 
     lines = [
         f"make_vec (process, W={workers}) vs gymnasium vector envs, env steps/s over {repeats} passes in turns of "
-        f"{TURN_STEPS} vector steps each, in rotation (ratios: medians of the per-turn ratios to SyncVectorEnv and "
-        "AsyncVectorEnv)",
+        f"{TURN_STEPS} vector steps each, in an order shuffled each turn (ratios: medians of the per-turn ratios to "
+        "SyncVectorEnv and AsyncVectorEnv)",
         "the machine has 2 cores shared with other work: ratios move with its load (see the ceiling)",
         f"parallel ceiling now: {workers} busy processes run {parallel_ceiling(workers):.2f}x one",
         f"{'env':<16} {'vector env':<28} {'steps/s':>10} {'x Sync':>7} {'x Async':>8} {'CPU us/env step':>15}",
@@ -94,10 +99,11 @@ def bench_vector(repeats: int, quick: bool, workers: int,
                 runs[name](actions)  # warm-up: first steps, and make_vec's cost estimates
                 cpu[name][0] = 0.0
             times: dict[str, list[float]] = {k: [] for k in runs}
+            order = random.Random(0)
             for _ in range(repeats):
                 for lo in range(0, n_steps, TURN_STEPS):
-                    for k, run in runs.items():
-                        times[k].append(run(actions[lo:lo + TURN_STEPS]))
+                    for k in order.sample(list(runs), len(runs)):
+                        times[k].append(runs[k](actions[lo:lo + TURN_STEPS]))
             sync, asyn = times["SyncVectorEnv"], times["AsyncVectorEnv (shm)"]
             for k, ts in times.items():
                 env_steps = n_steps * repeats * n_envs
