@@ -10,6 +10,7 @@ milliseconds, so the clock's resolution and one-off hiccups do not dominate.
 from __future__ import annotations
 
 import os
+import random
 import statistics
 import time
 from collections.abc import Callable, Sequence
@@ -80,7 +81,8 @@ def measure(fns: dict[str, Callable[[], Any]], repeats: int,
 
     Args:
         fns: name -> a call to time.
-        repeats: samples per function; the functions take turns.
+        repeats: samples per function; the functions take turns, in an order shuffled each repeat (seeded:
+            the one after a function that ran W processes starts with cold caches; see :mod:`.bench_vector`).
         pids: name -> the worker pids whose CPU that function's calls use
             (their total over every sample, per call: /proc counts in ticks).
         warmup: untimed calls of each function first, and for :data:`WARMUP_SECONDS` at least
@@ -97,9 +99,10 @@ def measure(fns: dict[str, Callable[[], Any]], repeats: int,
     walls: dict[str, list[float]] = {k: [] for k in fns}
     cpus: dict[str, list[float]] = {k: [] for k in fns}
     worker_total = dict.fromkeys(fns, 0.0)
+    order = random.Random(0)  # each repeat in another order: no function always runs after the same one
     for _ in range(repeats):
-        for k, f in fns.items():
-            n = per_sample[k]
+        for k in order.sample(list(fns), len(fns)):
+            f, n = fns[k], per_sample[k]
             w0 = process_cpu_seconds(pids[k]()) if k in pids else 0.0
             c0, t0 = time.process_time(), time.perf_counter()
             for _ in range(n):
