@@ -17,7 +17,7 @@ from plan_parallel.results import RolloutBatch, StepBatch, share_observations, s
 from plan_parallel.state.state_batch import StateBatch
 from plan_parallel.wire.columns import OUTCOMES, listed_rows, state_maker, unpack_infos, unpack_outcomes, unpack_states
 from plan_parallel.wire.messages import ChunkReply, RolloutSpec
-from plan_parallel.wire.slabs import rows_fit
+from plan_parallel.wire.slabs import fill_rows, rows_fit
 
 __all__ = ["Gather", "RolloutGather", "StepGather"]
 
@@ -101,8 +101,7 @@ class StepGather:
             if self.obs_arr is None:
                 self.obs_arr = np.empty((self.n,) + first.shape, dtype=first.dtype)
             if self.obs_arr.shape[1:] == first.shape and self.obs_arr.dtype == first.dtype:
-                for k, row in enumerate(rows):  # one copy each, into the batch's array
-                    self.obs_arr[lo + k] = row
+                fill_rows(self.obs_arr[lo:hi], rows)  # one copy each, into the batch's array
                 return
         if column is not None and self.obs_list is None:
             if self.obs_arr is None:
@@ -228,8 +227,7 @@ class RolloutGather:
         if lent is None or not rows or not rows_fit(rows, lent.dtype, lent.shape[1:]):
             self.all_lent = False
             return rows
-        for k, r in enumerate(rows):
-            lent[lo + k] = r
+        fill_rows(lent[lo:hi], rows)
         return list(lent[lo:hi])
 
     def absorb(self, lo: int, hi: int, reply: ChunkReply, cols: dict[str, np.ndarray]) -> None:
