@@ -15,7 +15,7 @@ from plan_parallel.action_inputs import check_action, check_actions
 from plan_parallel.errors import ClosedError, StateError
 from plan_parallel.factory import EnvFactory
 from plan_parallel.inputs import check_dt, check_rollout, check_seed, check_seeds, check_states
-from plan_parallel.loops import Policy, RolloutParts, UniformPolicy, run_items, run_rollouts, to_rollout_batch
+from plan_parallel.loops import Policy, RolloutParts, UniformPolicy, act_into, run_items, run_rollouts, to_rollout_batch
 from plan_parallel.results import RolloutBatch, StepBatch, step_batch_of
 from plan_parallel.state import Adapter, State, bind
 from plan_parallel.state.state_value import validate_each
@@ -265,9 +265,10 @@ class PlanEnv:
         rows = None if form is None or not states else np.empty((len(states), *form[1]), dtype=form[0])
         return step_batch_of(self.observation_space, self._run(states, actions, dt, seeds, rows), rows)
 
-    def step_from(self, state: State, action: Any) -> tuple[State, Any, float, bool, bool, dict]:
+    def step_from(self, state: State, action: Any, row: np.ndarray | None = None) -> tuple[State, Any, float, bool, bool, dict]:
         """One step of a checked ``action`` from a checked ``state`` of this env's kind, the current state left as
         it was: ``(end state, observation, reward, terminated, truncated, info)``, the info as the env returned it.
+        ``row``: an array of :meth:`observation_form` the observation is made in (then it is the observation).
 
         For an env kept at a vector env's sub-env state: one holding ``state`` (it captured it and has not
         moved since) steps on without a restore.
@@ -279,7 +280,10 @@ class PlanEnv:
         adapter = self._adapter
         if state is not held:
             adapter.restore(state)
-        obs, r, term, trunc, info = self._step(action)
+        if row is None:
+            obs, r, term, trunc, info = self._step(action)
+        else:
+            obs, r, term, trunc, info, _ = act_into(adapter, action, 1, row)
         end = self._held = adapter.capture(None, obs)
         return end, obs, float(r), term is True or bool(term), trunc is True or bool(trunc), info
 

@@ -25,7 +25,7 @@ from plan_parallel.item_rng import item_rng
 from plan_parallel.results import RolloutBatch, stack_observations
 from plan_parallel.state import Adapter, State, StateBatch
 
-__all__ = ["RolloutParts", "UniformPolicy", "run_items", "run_rollouts", "step_each", "to_rollout_batch"]
+__all__ = ["RolloutParts", "UniformPolicy", "act_into", "run_items", "run_rollouts", "step_each", "to_rollout_batch"]
 
 Policy = Callable[[Any, np.random.Generator], Any]
 
@@ -68,7 +68,7 @@ def _act_quiet(adapter: Adapter, action: Any, k: int) -> tuple[float, bool, bool
     return total, term, trunc, taken
 
 
-def _act_into(adapter: Adapter, action: Any, k: int, row: np.ndarray) -> tuple[Any, float, bool, bool, dict, int]:
+def act_into(adapter: Adapter, action: Any, k: int, row: np.ndarray) -> tuple[Any, float, bool, bool, dict, int]:
     """:func:`_act` with every step quiet and the observation then written into ``row`` (see
     :meth:`Adapter.observation_rows`): the same rewards, flags, info and observation, made in place."""
     total, term, trunc, taken = _act_quiet(adapter, action, k)
@@ -120,7 +120,7 @@ def run_items(
                 adapter.reseed(int(seeds[i]))
             k = dt if isinstance(dt, int) else int(dt[i])
             if rows is not None:
-                obs, rewards[i], term, trunc, info, taken = _act_into(adapter, actions[i], k, rows[i])
+                obs, rewards[i], term, trunc, info, taken = act_into(adapter, actions[i], k, rows[i])
             elif k == 1:  # the common case, without _act's call and loop (this is the hot path)
                 obs, r, term, trunc, info = step(actions[i])
                 rewards[i] = float(r)

@@ -109,15 +109,15 @@ class PlanVectorEnv(PartialGather, VectorCore):  # type: ignore[misc]  # np_rand
         return GatheredStep(futures, len(ids), self.single_observation_space)
 
     def _here(self, ids: np.ndarray, actions: Any,
-              states: Sequence[State | None]) -> Callable[[int, int], tuple] | None:
-        """How items lo..hi of the step of sub-envs ``ids`` run in this process: on their resident envs
-        (None: on the local env)."""
+              states: Sequence[State | None]) -> Callable[..., tuple] | None:
+        """How items lo..hi of the step of sub-envs ``ids`` run in this process: ``here(lo, hi, rows=None)``, on
+        their resident envs, making their observations in ``rows`` when given (None: on the local env)."""
         residents = self._residents
         if residents is None:
             return None
         n = len(ids)
-        return lambda lo, hi: (residents.run(ids, actions, states) if lo == 0 and hi == n
-                               else residents.run(ids[lo:hi], actions[lo:hi], states[lo:hi]))
+        return lambda lo, hi, rows=None: (residents.run(ids, actions, states, rows) if lo == 0 and hi == n
+                                          else residents.run(ids[lo:hi], actions[lo:hi], states[lo:hi], rows))
 
     def _start(self, actions: Any, ids: np.ndarray, wait: bool = False,
                decided: tuple | None = None) -> tuple[Any, np.ndarray, dict]:

@@ -150,12 +150,13 @@ class Group:
         return False, None, decided
 
     def submit(self, actions: Any, states: Sequence[Any], wait: bool = False,
-               here: Callable[[int, int], tuple] | None = None, decided: tuple | None = None,
+               here: Callable[..., tuple] | None = None, decided: tuple | None = None,
                ids: np.ndarray | None = None) -> Any:
         """A future of ``plan.step_batch(actions, states)``; the inline backend runs it now, and so
         does ``wait`` (a ``step_batch`` call, which this process may share with the workers).
 
-        ``here(lo, hi)`` runs items lo..hi in this process instead of the local env, when they run here.
+        ``here(lo, hi, rows=None)`` runs items lo..hi in this process instead of the local env, when they run
+        here (their observations made in ``rows`` when given).
         ``decided``: where :meth:`step_here` found the step is placed (not here). ``ids``: the items'
         sub-envs, which the workers keep envs for (see :meth:`BatchEnv.step_batch_checked`).
         """

@@ -57,15 +57,17 @@ class Residents:
         envs, built, members = self.envs, self.built_for, self.recipes.members
         return [env if (env := envs[i]) is not None and built[i] is members[i] else self.env(i) for i in ids]
 
-    def run(self, ids: np.ndarray, actions: Any, states: Sequence[State | None]) -> tuple:
+    def run(self, ids: np.ndarray, actions: Any, states: Sequence[State | None], rows: np.ndarray | None = None) -> tuple:
         """One step of sub-envs ``ids`` from ``states`` with their checked ``actions``, each on its own env
-        (:meth:`PlanEnv.step_from`); lists as :meth:`PlanEnv.run_raw`. On an env error the exception
-        carries the failing item's index as ``_pp_item``."""
+        (:meth:`PlanEnv.step_from`; ``rows``: where their observations are made); lists as
+        :meth:`PlanEnv.run_raw`. On an env error the exception carries the failing item's index as ``_pp_item``."""
         try:
             envs = self.of(ids.tolist())
         except Exception as e:  # building a sub-env's env failed: the first item's error, as the loop's
             e._pp_item = 0  # type: ignore[attr-defined]
             raise
+        if rows is not None:
+            return step_each(len(states), lambda j: envs[j].step_from(states[j], actions[j], rows[j]))  # type: ignore[arg-type]
         return step_each(len(states), lambda j: envs[j].step_from(states[j], actions[j]))  # type: ignore[arg-type]  # started
 
     def close(self) -> None:

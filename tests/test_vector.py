@@ -206,6 +206,20 @@ def test_pong_rgb_and_sticky_actions(backend: str, w: int) -> None:
     ref.close()
 
 
+@pytest.mark.timeout(180)
+def test_shared_pong_rgb_steps_make_their_rows_on_resident_and_kept_envs() -> None:
+    """Default options on W=2: the first steps try each place, three of them shared. There this process's
+    pieces step its resident envs and the worker's chunk its kept envs, and both make the RGB observations
+    in the step's lent rows. Every step equals SyncVectorEnv's (sticky actions: envs bound as
+    plan_parallel binds them)."""
+    rgb = {"max_episode_steps": 10}
+    ref = oracle("ALE/Pong-v5", 4, AutoresetMode.NEXT_STEP, bound=True, **rgb)
+    with make("ALE/Pong-v5", 4, AutoresetMode.NEXT_STEP, "process", 2, small_batch_inline=True, **rgb) as vec:
+        drive(vec, ref, 16)
+        assert vec.stats["shared_batches"] >= 3 and vec.stats["shared_items"] > 0 and vec.stats["lent_batches"] > 0
+    ref.close()
+
+
 @pytest.mark.timeout(60)
 @INLINE_AND_W2
 def test_any_space_tuple_obs_dict_actions(backend: str, w: int) -> None:

@@ -320,15 +320,16 @@ class BatchEnv:
         return self._placement.run_here_timed(decided[0], n, n, lambda local: run())
 
     def step_batch_checked(self, actions: Any, states: Sequence[State], dt: int = 1, *, validated: bool = False,
-                           here: Callable[[int, int], tuple] | None = None,
+                           here: Callable[..., tuple] | None = None,
                            decided: tuple[tuple[str, int], str] | None = None, keys: Any = None) -> StepBatch:
         """:meth:`step_batch` of N canonical actions (see :mod:`plan_parallel.inputs`) and N states of this env's kind.
 
         ``validated``: the states were validated against this env already (a vector
-        env's sub-env states): only the workers check them again. ``here(lo, hi)``:
+        env's sub-env states): only the workers check them again. ``here(lo, hi, rows=None)``:
         how items lo..hi run in this process (the whole batch placed here, or this
         process's share of it) instead of on the local env, with ``run_raw``'s lists
-        back; it must give the same results (a vector env's sub-envs kept at their
+        back (the observations made in ``rows`` when given, as ``run_raw``'s ``obs_rows``);
+        it must give the same results (a vector env's sub-envs kept at their
         states by envs of their own). ``decided``: :meth:`place_step` was asked already.
         ``keys``: N ints, the items' sub-envs: a worker steps each on an env it keeps for its key, which
         holds the sub-env's state after its last step there (see :mod:`plan_parallel.workers.kept_envs`).
@@ -344,7 +345,7 @@ class BatchEnv:
                                                  decided))
 
     def step_batch_checked_async(self, actions: Any, states: Sequence[State], dt: int = 1, *, validated: bool = False,
-                                 here: Callable[[int, int], tuple] | None = None, keys: Any = None) -> BatchFuture:
+                                 here: Callable[..., tuple] | None = None, keys: Any = None) -> BatchFuture:
         """:meth:`step_batch_checked`, sent at once (see :meth:`step_batch_async`)."""
         self._check_open()
         return self._placement.submit(checked_job(self.kind, actions, states, dt, validated, here, keys), False)

@@ -44,7 +44,7 @@ def run_chunk(env: PlanEnv, job: Job, lo: int, hi: int, rows: Any = None) -> Any
     a step chunk's observations are made (:meth:`Gather.rows_here`).
     """
     if job.here is not None:
-        return job.here(lo, hi)
+        return job.here(lo, hi, rows)
     states = job.states_of(lo, hi)
     if not job.validated:
         env.validate_all(states, lo, job.index_errors)
@@ -223,7 +223,7 @@ class Placement:
         job = fut.job
         assert job is not None and fut.gather is not None
         try:
-            rows = None if job.here is not None else fut.gather.rows_here(lo, hi, local.observation_form())
+            rows = fut.gather.rows_here(lo, hi, local.observation_form())
             out = run_chunk(local, job, lo, hi, rows)
         except Exception as exc:
             item = getattr(exc, "_pp_item", None)

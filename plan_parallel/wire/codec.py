@@ -93,7 +93,7 @@ class Job:
     policy: Any = None
     index_errors: bool = True
     validated: bool = False
-    here: Callable[[int, int], tuple] | None = None
+    here: Callable[..., tuple] | None = None
     keys: np.ndarray | None = None
 
     @property

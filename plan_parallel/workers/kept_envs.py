@@ -22,6 +22,8 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import numpy as np
+
 from plan_parallel.env import PlanEnv
 from plan_parallel.loops import step_each
 from plan_parallel.state import State
@@ -82,10 +84,11 @@ class KeptEnvs:
         self._next_build = t0 + (time.monotonic() - t0) / self._build_share
         return kept
 
-    def run(self, keys: Sequence[int], states: Sequence[State], actions: Any) -> tuple:
+    def run(self, keys: Sequence[int], states: Sequence[State], actions: Any, rows: np.ndarray | None = None) -> tuple:
         """One step (dt=1) of each item from ``states[j]`` with ``actions[j]`` (checked), on the env of
-        ``keys[j]``; lists as :meth:`PlanEnv.run_raw`. On an env error the exception carries the failing
-        item's index as ``_pp_item``, and that env holds no known state."""
+        ``keys[j]`` (its observation made in ``rows[j]`` when given); lists as :meth:`PlanEnv.run_raw`. On
+        an env error the exception carries the failing item's index as ``_pp_item``, and that env holds no
+        known state."""
         built = time.monotonic() < self._next_build  # (as if this call had built one already)
 
         def one(j: int) -> tuple:
@@ -96,15 +99,16 @@ class KeptEnvs:
                 self._kept.move_to_end(key)
             elif not built:
                 kept, built = self._new(key), True
+            row = None if rows is None else rows[j]
             if kept is None:  # no env for this key, and none is built now
                 self.restores += 1
-                return self._spare.step_from(states[j], actions[j])
-            return self._step_kept(key, kept, states[j], actions[j])
+                return self._spare.step_from(states[j], actions[j], row)
+            return self._step_kept(key, kept, states[j], actions[j], row)
 
         return step_each(len(states), one)
 
     def _step_kept(self, key: int, kept: tuple[PlanEnv, State | None, tuple[bytes, bytes] | None], state: State,
-                   action: Any) -> tuple:
+                   action: Any, row: np.ndarray | None) -> tuple:
         """One step of ``state`` on ``key``'s env, without a restore when the env holds that value."""
         env, held, held_print = kept
         self._kept[key] = (env, None, None)  # unknown until the step returns (it may raise)
@@ -112,7 +116,7 @@ class KeptEnvs:
             state = held  # the very object the env holds: no restore
         else:
             self.restores += 1
-        out = env.step_from(state, action)
+        out = env.step_from(state, action, row)
         self._kept[key] = (env, out[0], fingerprint(out[0]))
         return out
 

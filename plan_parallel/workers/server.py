@@ -152,12 +152,11 @@ class Server:
     def step_batch(self, req: ChunkRequest) -> ChunkReply:
         slab, _, states, actions, dt, seeds = self._read(req)
         kept = self.kept if req.kept is not None and states is not None and dt == 1 and seeds is None else None
-        if kept is not None:  # each item on the env kept for its key; its observation is copied after
-            lent = rows = None
-            out_states, obs, rewards, terms, truncs, infos = kept.run(req.kept, states, actions)  # type: ignore[arg-type]
+        lent = self._lent_rows(req)
+        rows = lent if lent is not None else self._message_rows(req)
+        if kept is not None:  # each item on the env kept for its key
+            out_states, obs, rewards, terms, truncs, infos = kept.run(req.kept, states, actions, rows)  # type: ignore[arg-type]
         else:
-            lent = self._lent_rows(req)
-            rows = lent if lent is not None else self._message_rows(req)
             out_states, obs, rewards, terms, truncs, infos = self.env.run_raw(states, actions, dt, seeds, rows)
         w = ArrayWriter(slab, req.out_offset)
         listed: np.ndarray | list | None
