@@ -89,7 +89,7 @@ def _attrs_codec(*names: str, deep: bool = False) -> tuple[Getter, Setter]:
         def set1(w: Any, v: Any) -> None:
             setattr(w, n, cp(v))
 
-        if not deep:  # a stack of one such wrapper reads and writes its dict entry directly (WrapperStack)
+        if not deep:  # a stack of one such wrapper reads and writes its attribute directly (WrapperStack)
             _PLAIN_ATTR[get1] = n
         return get1, set1
 
