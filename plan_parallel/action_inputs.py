@@ -181,9 +181,9 @@ def check_action(space: spaces.Space, action: Any) -> Any:
 
 def _in_box(values: list[float], box: spaces.Box) -> bool:
     """Whether every one of ``values`` (the actions flattened, one after the other) is finite and within the box's
-    bounds, in C loops over Python floats: a sum, and each dimension's min and max (HalfCheetah B=64: 11 us a
-    call, against 100 for a comparison of each value in Python). False may also mean a sum too big for a float:
-    the caller checks again value by value."""
+    bounds, in C loops over Python floats: a sum, and each dimension's min and max (``check_actions`` of 64
+    HalfCheetah actions: 33 us, against 71 with a comparison of each value in Python). False may also mean a
+    sum too big for a float: the caller checks again value by value."""
     if not isfinite(sum(values)):  # a NaN or an infinity anywhere makes the sum one
         return False
     lows, highs = box.low.ravel().tolist(), box.high.ravel().tolist()
