@@ -66,9 +66,8 @@ class Residents:
         except Exception as e:  # building a sub-env's env failed: the first item's error, as the loop's
             e._pp_item = 0  # type: ignore[attr-defined]
             raise
-        if rows is not None:
-            return step_each(len(states), lambda j: envs[j].step_from(states[j], actions[j], rows[j]))  # type: ignore[arg-type]
-        return step_each(len(states), lambda j: envs[j].step_from(states[j], actions[j]))  # type: ignore[arg-type]  # started
+        return step_each(len(states), lambda j: envs[j].step_from(
+            states[j], actions[j], None if rows is None else rows[j]))  # type: ignore[arg-type]  # started
 
     def close(self) -> None:
         """Close every env built (each is tried; the first error raises after all were)."""
