@@ -78,15 +78,15 @@ def _step_along(ref: PlanEnv, kept: KeptEnvs, actions: np.ndarray, steps: int) -
 
 @pytest.fixture
 def envs() -> Iterator[tuple[PlanEnv, KeptEnvs]]:
-    with _ref_and_kept(build_share=1.0) as both:  # one build a call, no wait
+    with _ref_and_kept() as both:
         yield both
 
 
 @pytest.mark.timeout(60)
 def test_items_from_the_states_their_envs_returned_step_on_without_a_restore(envs) -> None:
-    """Step after step, each sub-env's state comes back as an equal copy: a call builds one env, the items
-    without one are restored on the spare env, and once every key has its env nothing is restored; every
-    result equals the inline backend's from the same states."""
+    """Step after step, each sub-env's state comes back as an equal copy: the first call builds an env for
+    each key (each restores its item once), and after it nothing is restored; every result equals the
+    inline backend's from the same states."""
     ref, kept = envs
     states = [ref.reset(seed=s)[0] for s in range(N)]
     rng = np.random.default_rng(0)
@@ -96,8 +96,8 @@ def test_items_from_the_states_their_envs_returned_step_on_without_a_restore(env
         got = kept.run(list(range(N)), _wired(states), actions)
         _same_results(got, want, f"step {t}")
         states = list(got[0])
-        assert len(kept) == min(t + 1, N)
-    assert kept.restores == N * (N + 1) // 2  # step t restored the N - t items whose env was new or missing
+        assert len(kept) == N
+    assert kept.restores == N
 
 
 @pytest.mark.timeout(60)
@@ -122,17 +122,30 @@ def test_a_start_state_its_env_does_not_hold_is_restored(envs) -> None:
 
 
 @pytest.mark.timeout(60)
-def test_the_bound_closes_the_least_recently_used_env_and_results_stay_exact() -> None:
+def test_the_bound_replaces_the_least_recently_used_env_once_a_call_and_results_stay_exact() -> None:
+    """Three keys and room for two envs: each call replaces one env (the least recently used), and every
+    result equals the inline backend's."""
     with _ref_and_kept(limit=2, build_share=1.0) as (ref, kept):
-        for t in _step_along(ref, kept, np.array([0, 2, 3]), 4):
-            assert len(kept) == min(t + 1, 2)
+        for _ in _step_along(ref, kept, np.array([0, 2, 3]), 4):
+            assert len(kept) == 2
+        assert kept.restores >= N + 3  # each later call: at least the key left without an env
 
 
 @pytest.mark.timeout(60)
-def test_builds_wait_their_share_of_the_time_and_items_without_an_env_stay_exact() -> None:
-    """With builds allowed 0.1 % of the time, the first call builds one env and the next calls (well
-    within 1,000 times that build's duration) none: their items step on the spare env, exactly."""
-    with _ref_and_kept(build_share=0.001) as (ref, kept):
+def test_replacements_wait_their_share_of_the_time_and_items_without_an_env_stay_exact() -> None:
+    """With replacements allowed 0.1 % of the time, the first call replaces one env and the next calls (well
+    within 1,000 times that build's duration) none: the key left without an env steps on the spare env,
+    exactly."""
+    with _ref_and_kept(limit=2, build_share=0.001) as (ref, kept):
         for _ in _step_along(ref, kept, np.array([4, 0, 5]), 4):
-            assert len(kept) == 1
-        assert kept.restores == N + 3 * (N - 1)  # key 0's env restored once; the others on the spare each time
+            assert len(kept) == 2
+        assert kept.restores == 3 + 3  # the first call's three new envs; then key 0 on the spare each time
+
+
+@pytest.mark.timeout(60)
+def test_a_call_stops_building_once_it_has_run_its_time_and_the_next_builds_on() -> None:
+    """With no time for builds in a call beyond its first, each call builds one env while there is room
+    (the rest of its items on the spare env), and every result equals the inline backend's."""
+    with _ref_and_kept(call_seconds=0.0) as (ref, kept):
+        for t in _step_along(ref, kept, np.array([1, 5, 2]), 4):
+            assert len(kept) == min(t + 1, N)

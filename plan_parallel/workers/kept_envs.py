@@ -28,13 +28,20 @@ from plan_parallel.env import PlanEnv
 from plan_parallel.loops import step_each
 from plan_parallel.state import State
 
-__all__ = ["BUILD_SHARE", "MAX_KEPT", "KeptEnvs", "fingerprint"]
+__all__ = ["BUILD_CALL_SECONDS", "BUILD_SHARE", "MAX_KEPT", "KeptEnvs", "fingerprint"]
 
 MAX_KEPT = 64  # envs a worker keeps at most (an ALE env ~1.1 MB); the least recently used is closed
-# Building envs takes at most about this share of a worker's time: after a build of d seconds the next
-# waits d (1 / share - 1). (make_vec, 16 Pongs on W=2, every step on the workers, one build per chunk:
-# the first 20 steps took up to 563 ms each, where a step takes ~12, as chunks moved sub-envs between
-# workers; with a share of 0.1 the first took 165 ms and the next 59 at most 17.)
+# While a worker has room for more envs, a call builds one for each key that has none, until it has run
+# this long: the builds stall the first calls instead of calls all along. (make_vec, 8 Pongs on W=2,
+# default options, 60 steps untimed then 540 timed, against AsyncVectorEnv in shuffled turns: built one
+# a call, at most a quarter of the time, the timed steps ran 0.66 and 0.68 of its throughput, with 6
+# turns of 5 steps over 100 ms (up to 260); built at once, 0.87 and 0.92, and none. A Pong env takes
+# ~150-300 ms to build, nearly all of it ALE's ``loadROM``, holding the GIL: a thread building one
+# stalled the worker's calls all the same when the cores were busy.)
+BUILD_CALL_SECONDS = 1.0
+# With no room, building an env (replacing the least recently used) takes at most about this share of
+# a worker's time: after a build of d seconds the next waits d (1 / share - 1): a vector env of more
+# sub-envs than ``MAX_KEPT`` does not rebuild envs at every step.
 BUILD_SHARE = 0.25
 
 
@@ -54,19 +61,20 @@ class KeptEnvs:
     """Envs built with ``build()`` for keys, each with the state it holds (and that state's :func:`fingerprint`);
     at most ``limit`` of them.
 
-    A call builds one env at most (an ALE env takes ~140 ms to build), and only when builds have taken
-    no more than ``build_share`` of the time since the first (see :data:`BUILD_SHARE`): the items of keys
-    without an env step on ``spare`` (the worker's own env), restored, as they would without kept envs.
-    So a vector env of many sub-envs fills its workers' kept envs over its first steps instead of
-    stalling them.
+    While there are fewer than ``limit``, a call builds an env for each key that has none, the second and
+    later ones only until it has run ``call_seconds`` (see :data:`BUILD_CALL_SECONDS`); then one env at most (replacing the least
+    recently used one), and only when such builds have taken no more than ``build_share`` of the time
+    since the first (see :data:`BUILD_SHARE`). The items of keys without an env step on ``spare`` (the
+    worker's own env), restored, as they would without kept envs.
     """
 
     def __init__(self, build: Callable[[], PlanEnv], spare: PlanEnv, limit: int = MAX_KEPT,
-                 build_share: float = BUILD_SHARE) -> None:
+                 build_share: float = BUILD_SHARE, call_seconds: float = BUILD_CALL_SECONDS) -> None:
         self._build = build
         self._spare = spare
         self._limit = limit
         self._build_share = build_share
+        self._call_seconds = call_seconds
         self._next_build = 0.0  # no env is built before this time.monotonic()
         self._kept: OrderedDict[int, tuple[PlanEnv, State | None, tuple[bytes, bytes] | None]] = OrderedDict()
         self.restores = 0  # items that started from a state their env did not hold (telemetry, and for tests)
@@ -75,13 +83,16 @@ class KeptEnvs:
         return len(self._kept)
 
     def _new(self, key: int) -> tuple[PlanEnv, None, None]:
-        """A new env for ``key`` (the least recently used one closed first when there are ``limit``)."""
+        """A new env for ``key``; when there are ``limit``, the least recently used one is closed first, and
+        the next such replacement waits (:data:`BUILD_SHARE`)."""
+        full = len(self._kept) >= self._limit
         while len(self._kept) >= self._limit:
             _, (old, _, _) = self._kept.popitem(last=False)
             old.close()
         t0 = time.monotonic()
         kept = self._kept[key] = (self._build(), None, None)
-        self._next_build = t0 + (time.monotonic() - t0) / self._build_share
+        if full:
+            self._next_build = t0 + (time.monotonic() - t0) / self._build_share
         return kept
 
     def run(self, keys: Sequence[int], states: Sequence[State], actions: Any, rows: np.ndarray | None = None) -> tuple:
@@ -89,16 +100,21 @@ class KeptEnvs:
         ``keys[j]`` (its observation made in ``rows[j]`` when given); lists as :meth:`PlanEnv.run_raw`. On
         an env error the exception carries the failing item's index as ``_pp_item``, and that env holds no
         known state."""
-        built = time.monotonic() < self._next_build  # (as if this call had built one already)
+        start = time.monotonic()
+        replaced = start < self._next_build  # (as if this call had replaced one already)
+        built = False
 
         def one(j: int) -> tuple:
-            nonlocal built
+            nonlocal replaced, built
             key = keys[j]
             kept = self._kept.get(key)
             if kept is not None:
                 self._kept.move_to_end(key)
-            elif not built:
-                kept, built = self._new(key), True
+            elif len(self._kept) < self._limit:
+                if not built or time.monotonic() - start < self._call_seconds:
+                    kept, built = self._new(key), True
+            elif not replaced:
+                kept, replaced = self._new(key), True
             row = None if rows is None else rows[j]
             if kept is None:  # no env for this key, and none is built now
                 self.restores += 1
