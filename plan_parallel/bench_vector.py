@@ -15,7 +15,10 @@ just run, starts with cold caches, and in a fixed order the same contestant
 always paid for it (16 CartPoles: make_vec W=2 0.81 x Sync after it, 0.93
 elsewhere; inline 0.93 and 0.87). Figures are env
 steps per second (vector steps x sub-envs) over all turns; each ratio is the
-median of the per-turn ratios to SyncVectorEnv (and to AsyncVectorEnv). The CPU column is
+median of the per-turn ratios to SyncVectorEnv (and to AsyncVectorEnv), and *run x Async* the ratio
+of all of AsyncVectorEnv's turns' time to all of the contestant's: a contestant that stalls now and
+then loses little in the medians and all of it there (make_vec W=2 before 348374e, Pong x8: 0.85-1.00
+per turn, 0.55-0.62 over the run, where its workers' kept envs were built while it stepped). The CPU column is
 the CPU time of this process and of the vector env's worker processes over all
 its turns, per env step: what an env step costs the machine, wherever it ran.
 """
@@ -72,10 +75,11 @@ def bench_vector(repeats: int, quick: bool, workers: int,
     lines = [
         f"make_vec (process, W={workers}) vs gymnasium vector envs, env steps/s over {repeats} passes in turns of "
         f"{TURN_STEPS} vector steps each, in an order shuffled each turn (ratios: medians of the per-turn ratios to "
-        "SyncVectorEnv and AsyncVectorEnv)",
+        "SyncVectorEnv and AsyncVectorEnv; run x Async: AsyncVectorEnv's time over all turns / the contestant's)",
         "the machine has 2 cores shared with other work: ratios move with its load (see the ceiling)",
         f"parallel ceiling now: {workers} busy processes run {parallel_ceiling(workers):.2f}x one",
-        f"{'env':<16} {'vector env':<28} {'steps/s':>10} {'x Sync':>7} {'x Async':>8} {'CPU us/env step':>15}",
+        f"{'env':<16} {'vector env':<28} {'steps/s':>10} {'x Sync':>7} {'x Async':>8} {'run x Async':>11} "
+        f"{'CPU us/env step':>15}",
     ]
     for label, env_id, kw, n_envs, steps, quick_steps in CASES if cases is None else cases:
         n_steps = quick_steps if quick else steps
@@ -110,7 +114,7 @@ def bench_vector(repeats: int, quick: bool, workers: int,
                 to_sync = statistics.median(s / t for s, t in zip(sync, ts))
                 to_async = statistics.median(a / t for a, t in zip(asyn, ts))
                 lines.append(f"{f'{label} x{n_envs}':<16} {k:<28} {env_steps / sum(ts):>10,.0f} {to_sync:>7.2f} "
-                             f"{to_async:>8.2f} {cpu[k][0] / env_steps * 1e6:>15.1f}")
+                             f"{to_async:>8.2f} {sum(asyn) / sum(ts):>11.2f} {cpu[k][0] / env_steps * 1e6:>15.1f}")
         finally:
             for v in venvs.values():
                 v.close()
