@@ -371,6 +371,20 @@ def test_recovers_from_a_killed_worker(case: str, mode: AutoresetMode) -> None:
     ref.close()
 
 
+@pytest.mark.timeout(120)
+def test_kept_envs_are_built_within_a_quarter_of_the_calls_timeout() -> None:
+    """16 sticky Pongs (RAM) on W=2, every step on the workers, calls given 1 s: a call builds its sub-envs'
+    kept envs (~150-300 ms each) only in the first quarter of that, so none times out (told nothing of the
+    timeout, a worker's first call built envs for its 8 sub-envs for 1 s, and timed out); every step
+    equals SyncVectorEnv's."""
+    kw = {"obs_type": "ram", "max_episode_steps": 50}
+    ref = oracle("ALE/Pong-v5", 16, AutoresetMode.NEXT_STEP, bound=True, **kw)
+    with make("ALE/Pong-v5", 16, AutoresetMode.NEXT_STEP, "process", 2, timeout=1.0, **kw) as vec:
+        drive(vec, ref, 12)
+        assert vec.stats["timeouts"] == 0 and vec.stats["restarts"] == 0
+    ref.close()
+
+
 @pytest.mark.timeout(60)
 def test_recover_false_raises_worker_crashed() -> None:
     with make("CartPole-v1", 4, AutoresetMode.NEXT_STEP, "process", 2, recover=False) as vec:

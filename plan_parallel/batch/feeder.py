@@ -39,11 +39,13 @@ class Feeder:
             (:mod:`plan_parallel.wire.leases`). Workers with shared memory write their rows
             into the lent slab; others' rows (Ray's) are copied into it on arrival, into
             memory a dropped batch has touched already.
+        timeout: the seconds a call may take on a worker (None: no limit).
     """
 
-    def __init__(self, slabs: SlabPool, leases: LeasePool) -> None:
+    def __init__(self, slabs: SlabPool, leases: LeasePool, timeout: float | None = None) -> None:
         self.slabs = slabs
         self.leases = leases
+        self.timeout = timeout  # told to the workers (ChunkRequest.timeout)
         self.observation_space: Any = None
         self.waiting: deque[BatchFuture] = deque()  # batches with chunks not sent yet, oldest first
         self._out_per_item: dict[tuple[Op, bool], int] = {}  # result bytes per item seen so far, per op and return_all
@@ -106,7 +108,7 @@ class Feeder:
             per_out = out_bytes_guess(self.observation_space, first, job)
         lease = fut.lease if shared_memory else None
         obs_to = None if lease is None else (lease.slab, fut.gather.lent)  # type: ignore[union-attr]
-        req, slab = encode(job, lo, hi, per_out, self.slabs.acquire if shared_memory else None, obs_to)
+        req, slab = encode(job, lo, hi, per_out, self.slabs.acquire if shared_memory else None, obs_to, self.timeout)
         part = Part(Call(call_id, job.op, (req,)), fut, lo, hi, slab, cost=job.cost(lo, hi), needs=job.start)
         if lease is not None:
             part.lease = lease

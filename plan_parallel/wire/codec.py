@@ -152,13 +152,14 @@ def out_bytes_guess(observation_space: spaces.Space, state: State | None, job: J
 
 
 def encode(job: Job, lo: int, hi: int, per_item_out: int, acquire: Callable[[int], Slab] | None,
-           obs_to: tuple[Slab, np.ndarray] | None = None) -> tuple[ChunkRequest, Slab | None]:
+           obs_to: tuple[Slab, np.ndarray] | None = None, timeout: float | None = None) -> tuple[ChunkRequest, Slab | None]:
     """The request of chunk lo..hi, and its slab (None when ``acquire`` is None: everything in the message).
 
     ``per_item_out`` is the slab room reserved per item for the results (what
     does not fit travels in the reply, and is learned for the next chunks).
     ``obs_to``: the batch's lent slab and its observations array (rows of the
-    whole batch), into which the worker writes this chunk's rows.
+    whole batch), into which the worker writes this chunk's rows. ``timeout``: the
+    seconds a call may take on a worker (:attr:`ChunkRequest.timeout`).
     """
     m = hi - lo
     actions, dt, seeds = job.actions, job.dt, job.seeds
@@ -184,6 +185,7 @@ def encode(job: Job, lo: int, hi: int, per_item_out: int, acquire: Callable[[int
         layout=w.layout, out_offset=-(-w.pos // ALIGN) * ALIGN, actions=req_actions, dt=req_dt, seeds=req_seeds,
         has_seeds=seeds is not None, states=packed, rollout=job.rollout, index_errors=job.index_errors,
         obs_out=None if obs_to is None else _rows_at(obs_to, lo), kept=None if job.keys is None else job.keys[lo:hi].tolist(),
+        timeout=timeout,
     )
     return req, slab
 

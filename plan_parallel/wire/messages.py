@@ -119,6 +119,8 @@ class ChunkRequest:
     # Each item's key (a vector env's sub-env index): the worker steps it on an env it keeps for that key
     # (see workers.kept_envs). None: on the worker's env.
     kept: list[int] | None = None
+    # The seconds the caller gives a call (None: no limit): the kept envs a call builds stay well within them.
+    timeout: float | None = None
 
 
 @dataclass(frozen=True)

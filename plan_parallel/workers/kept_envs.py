@@ -32,7 +32,9 @@ __all__ = ["BUILD_CALL_SECONDS", "BUILD_SHARE", "MAX_KEPT", "KeptEnvs", "fingerp
 
 MAX_KEPT = 64  # envs a worker keeps at most (an ALE env ~1.1 MB); the least recently used is closed
 # While a worker has room for more envs, a call builds one for each key that has none, until it has run
-# this long: the builds stall the first calls instead of calls all along. (make_vec, 8 Pongs on W=2,
+# this long (a quarter of the call's timeout, when that is less; the first build of a call goes ahead
+# either way, as it did when a call built one at most): the builds stall the first calls instead of calls
+# all along. (make_vec, 8 Pongs on W=2,
 # default options, 60 steps untimed then 540 timed, against AsyncVectorEnv in shuffled turns: built one
 # a call, at most a quarter of the time, the timed steps ran 0.66 and 0.68 of its throughput, with 6
 # turns of 5 steps over 100 ms (up to 260); built at once, 0.87 and 0.92, and none. A Pong env takes
@@ -61,20 +63,19 @@ class KeptEnvs:
     """Envs built with ``build()`` for keys, each with the state it holds (and that state's :func:`fingerprint`);
     at most ``limit`` of them.
 
-    While there are fewer than ``limit``, a call builds an env for each key that has none, the second and
-    later ones only until it has run ``call_seconds`` (see :data:`BUILD_CALL_SECONDS`); then one env at most (replacing the least
-    recently used one), and only when such builds have taken no more than ``build_share`` of the time
-    since the first (see :data:`BUILD_SHARE`). The items of keys without an env step on ``spare`` (the
-    worker's own env), restored, as they would without kept envs.
+    While there are fewer than ``limit``, a call builds an env for each key that has none, the second
+    and later ones only until it has run :data:`BUILD_CALL_SECONDS` or a quarter of its timeout; then
+    one env at most (replacing the least recently used one), and only when such builds have taken no
+    more than ``build_share`` of the time since the first (see :data:`BUILD_SHARE`). The items of keys
+    without an env step on ``spare`` (the worker's own env), restored, as they would without kept envs.
     """
 
     def __init__(self, build: Callable[[], PlanEnv], spare: PlanEnv, limit: int = MAX_KEPT,
-                 build_share: float = BUILD_SHARE, call_seconds: float = BUILD_CALL_SECONDS) -> None:
+                 build_share: float = BUILD_SHARE) -> None:
         self._build = build
         self._spare = spare
         self._limit = limit
         self._build_share = build_share
-        self._call_seconds = call_seconds
         self._next_build = 0.0  # no env is built before this time.monotonic()
         self._kept: OrderedDict[int, tuple[PlanEnv, State | None, tuple[bytes, bytes] | None]] = OrderedDict()
         self.restores = 0  # items that started from a state their env did not hold (telemetry, and for tests)
@@ -95,12 +96,14 @@ class KeptEnvs:
             self._next_build = t0 + (time.monotonic() - t0) / self._build_share
         return kept
 
-    def run(self, keys: Sequence[int], states: Sequence[State], actions: Any, rows: np.ndarray | None = None) -> tuple:
+    def run(self, keys: Sequence[int], states: Sequence[State], actions: Any, rows: np.ndarray | None = None,
+            timeout: float | None = None) -> tuple:
         """One step (dt=1) of each item from ``states[j]`` with ``actions[j]`` (checked), on the env of
         ``keys[j]`` (its observation made in ``rows[j]`` when given); lists as :meth:`PlanEnv.run_raw`. On
         an env error the exception carries the failing item's index as ``_pp_item``, and that env holds no
-        known state."""
+        known state. ``timeout``: the seconds the caller gives the call (None: no limit)."""
         start = time.monotonic()
+        budget = BUILD_CALL_SECONDS if timeout is None else min(BUILD_CALL_SECONDS, timeout / 4)
         replaced = start < self._next_build  # (as if this call had replaced one already)
         built = False
 
@@ -111,7 +114,7 @@ class KeptEnvs:
             if kept is not None:
                 self._kept.move_to_end(key)
             elif len(self._kept) < self._limit:
-                if not built or time.monotonic() - start < self._call_seconds:
+                if not built or time.monotonic() - start < budget:
                     kept, built = self._new(key), True
             elif not replaced:
                 kept, replaced = self._new(key), True

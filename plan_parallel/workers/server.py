@@ -155,7 +155,8 @@ class Server:
         lent = self._lent_rows(req)
         rows = lent if lent is not None else self._message_rows(req)
         if kept is not None:  # each item on the env kept for its key
-            out_states, obs, rewards, terms, truncs, infos = kept.run(req.kept, states, actions, rows)  # type: ignore[arg-type]
+            out_states, obs, rewards, terms, truncs, infos = kept.run(req.kept, states, actions, rows,  # type: ignore[arg-type]
+                                                                      req.timeout)
         else:
             out_states, obs, rewards, terms, truncs, infos = self.env.run_raw(states, actions, dt, seeds, rows)
         w = ArrayWriter(slab, req.out_offset)
