@@ -25,6 +25,7 @@ import pytest
 from plan_parallel.env import PlanEnv
 from plan_parallel.factory import EnvFactory
 from plan_parallel.state import State
+from plan_parallel.workers import kept_envs
 from plan_parallel.workers.kept_envs import KeptEnvs, fingerprint
 from tests.helpers import assert_tree_equal
 
@@ -75,6 +76,13 @@ def _step_along(ref: PlanEnv, kept: KeptEnvs, actions: np.ndarray, steps: int,
         _same_results(got, ref.run_raw(states, actions, 1), f"step {t}")
         states = list(got[0])
         yield t
+
+
+@pytest.fixture(autouse=True)
+def _calls_build_all_they_lack(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A call builds every env it lacks (and has room for), however slow the machine: a minute's budget,
+    unless the call's timeout says less."""
+    monkeypatch.setattr(kept_envs, "BUILD_CALL_SECONDS", 60.0)
 
 
 @pytest.fixture

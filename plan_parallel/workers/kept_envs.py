@@ -33,13 +33,12 @@ __all__ = ["BUILD_CALL_SECONDS", "BUILD_SHARE", "MAX_KEPT", "KeptEnvs", "fingerp
 MAX_KEPT = 64  # envs a worker keeps at most (an ALE env ~1.1 MB); the least recently used is closed
 # While a worker has room for more envs, a call builds one for each key that has none, until it has run
 # this long (a quarter of the call's timeout, when that is less; the first build of a call goes ahead
-# either way, as it did when a call built one at most): the builds stall the first calls instead of calls
-# all along. (make_vec, 8 Pongs on W=2,
-# default options, 60 steps untimed then 540 timed, against AsyncVectorEnv in shuffled turns: built one
-# a call, at most a quarter of the time, the timed steps ran 0.66 and 0.68 of its throughput, with 6
-# turns of 5 steps over 100 ms (up to 260); built at once, 0.87 and 0.92, and none. A Pong env takes
-# ~150-300 ms to build, nearly all of it ALE's ``loadROM``, holding the GIL: a thread building one
-# stalled the worker's calls all the same when the cores were busy.)
+# either way, as when a call built one at most): the builds stall the first calls, not calls all along.
+# (make_vec, 8 Pongs on W=2, default options, 60 steps untimed then 540 timed, against AsyncVectorEnv in
+# shuffled turns, three runs: built one a call in at most a quarter of the time, the timed steps ran
+# 0.58-0.60 of its throughput, with 5-6 turns of 5 steps over 100 ms, up to 673; built at once,
+# 0.89-0.94, and none. A Pong env takes ~150-300 ms to build, nearly all of it ALE's ``loadROM``, which
+# holds the GIL: a thread building one stalled the worker's calls all the same when the cores were busy.)
 BUILD_CALL_SECONDS = 1.0
 # With no room, building an env (replacing the least recently used) takes at most about this share of
 # a worker's time: after a build of d seconds the next waits d (1 / share - 1): a vector env of more
