@@ -6,7 +6,7 @@ import itertools
 import pytest
 
 from plan_parallel.batch import Tuner
-from plan_parallel.batch.tuner import EXPLORE_EVERY, FIRST_SAMPLES, PLACES
+from plan_parallel.batch.tuner import EXPLORE_EVERY, FIRST_SAMPLES, PLACES, SETTLED_TIMED_EVERY
 
 SIZE = Tuner.size_class("step_batch", 8)
 
@@ -93,6 +93,32 @@ def test_between_trials_a_figure_that_beats_the_settled_place_takes_the_next_bat
         batches += 1
     # It rises 3 % a batch at most (MAX_RISE): past share's 2x after ~24, not after 3 as one slow batch would.
     assert 20 <= batches <= 30 and t.place(SIZE) == "share", batches
+
+
+def test_between_trials_one_batch_in_settled_timed_every_is_timed_and_counts_for_that_many() -> None:
+    """While settled, a batch's time is wanted once in SETTLED_TIMED_EVERY batches; learned as that many
+    batches, a lasting slowdown of the settled place moves it on after as many batches as when each was
+    learned (the test above: 20-30)."""
+    t = _settled_on_here()
+    weights = []
+    while (way := t.choose(SIZE))[0] == "here" and len(weights) < 100:
+        weights.append(way[1])
+        if way[1]:
+            t.learn(SIZE, "here", 5e-6, way[1])
+    assert set(weights) == {0, SETTLED_TIMED_EVERY}
+    assert weights.count(SETTLED_TIMED_EVERY) == pytest.approx(len(weights) / SETTLED_TIMED_EVERY, abs=1)
+    assert 20 <= len(weights) <= 30 + SETTLED_TIMED_EVERY and way[0] == "share", weights
+    trial = Tuner(2)
+    assert all(trial.choose(SIZE)[1] == 1 for _ in range(len(PLACES) * FIRST_SAMPLES)), "first figures: every batch"
+
+
+def test_a_figure_learned_as_k_batches_equals_k_batches_learned() -> None:
+    once, each = _settled_on_here(), _settled_on_here()
+    once.learn(SIZE, "here", 3e-6, 4)
+    for _ in range(4):
+        each.learn(SIZE, "here", 3e-6)
+    assert once.seconds_per_step(SIZE, "here") == pytest.approx(each.seconds_per_step(SIZE, "here"), rel=1e-12)
+    assert once.seconds_per_step(SIZE, "here") > 1.12e-6, "four rises of 3 %, not one"
 
 
 def test_between_trials_the_batches_placed_count_toward_the_next_trial() -> None:

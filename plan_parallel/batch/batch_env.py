@@ -24,7 +24,7 @@ from plan_parallel.action_inputs import check_action
 from plan_parallel.batch.future import BatchFuture
 from plan_parallel.batch.jobs import checked_job, rollout_job, step_job
 from plan_parallel.batch.parts import dumps
-from plan_parallel.batch.placement import Placement
+from plan_parallel.batch.placement import Decision, Placement
 from plan_parallel.batch.pool import WorkerPool
 from plan_parallel.batch.tuner import Tuner
 from plan_parallel.env import PlanEnv
@@ -288,7 +288,7 @@ class BatchEnv:
             decided = self._placement.where(STEP_OP, steps, True)
             if decided[1] == "here":
                 return self._placement.run_here_timed(
-                    decided[0], steps, n, lambda local: local.step_batch(actions, states, dt, seeds=seeds))
+                    decided, steps, n, lambda local: local.step_batch(actions, states, dt, seeds=seeds))
         return self._wait(self._step_batch(actions, states, dt, seeds, True, decided, started))
 
     def step_batch_async(
@@ -298,7 +298,7 @@ class BatchEnv:
         return self._step_batch(actions, states, dt, seeds, False)
 
     def _step_batch(self, actions: Any, states: Sequence[State] | None, dt: Any, seeds: Any, waited_in_full: bool,
-                    decided: tuple[tuple[str, int], str] | None = None, started: float | None = None) -> BatchFuture:
+                    decided: Decision | None = None, started: float | None = None) -> BatchFuture:
         self._check_open()
         job = step_job(self.action_space, self.kind, self.reseedable, self._current, actions, states, dt, seeds)
         if job.n == 0:
@@ -309,19 +309,19 @@ class BatchEnv:
                 empty.astype(bool), []))
         return self._placement.submit(job, waited_in_full, decided, started)
 
-    def place_step(self, n: int) -> tuple[tuple[str, int], str]:
+    def place_step(self, n: int) -> Decision:
         """Where a ``step_batch`` of ``n`` items with dt=1 runs (the tuner's decision, counted as made): pass it
         to :meth:`run_placed_here` when it is ``"here"``, else to :meth:`step_batch_checked`."""
         return self._placement.where(STEP_OP, n, True)
 
-    def run_placed_here(self, decided: tuple[tuple[str, int], str], n: int, run: Callable[[], Any]) -> Any:
+    def run_placed_here(self, decided: Decision, n: int, run: Callable[[], Any]) -> Any:
         """``run()``: a step of ``n`` items with dt=1 placed here (:meth:`place_step`), run its own way in this
         process and timed for the tuner (a vector env's step on its resident envs)."""
-        return self._placement.run_here_timed(decided[0], n, n, lambda local: run())
+        return self._placement.run_here_timed(decided, n, n, lambda local: run())
 
     def step_batch_checked(self, actions: Any, states: Sequence[State], dt: int = 1, *, validated: bool = False,
                            here: Callable[..., tuple] | None = None,
-                           decided: tuple[tuple[str, int], str] | None = None, keys: Any = None) -> StepBatch:
+                           decided: Decision | None = None, keys: Any = None) -> StepBatch:
         """:meth:`step_batch` of N canonical actions (see :mod:`plan_parallel.inputs`) and N states of this env's kind.
 
         ``validated``: the states were validated against this env already (a vector
@@ -340,7 +340,7 @@ class BatchEnv:
             decided = decided or self._placement.where(STEP_OP, n * dt, True)
             if decided[1] == "here":
                 return self._placement.run_here_timed(
-                    decided[0], n * dt, n, lambda local: step_batch_of(local.observation_space, here(0, n)))
+                    decided, n * dt, n, lambda local: step_batch_of(local.observation_space, here(0, n)))
         return self._wait(self._placement.submit(checked_job(self.kind, actions, states, dt, validated, here, keys), True,
                                                  decided))
 

@@ -37,6 +37,7 @@ class BatchFuture:
         self.started = 0.0
         self.size_class: tuple[str, int] | None = None
         self.place = "workers"  # where the tuner sent it (see Tuner.place)
+        self.timed_as = 1  # how many batches its time counts for in the tuner's figures (0: not timed)
         self.max_workers = 1 << 30  # its chunks go to the first max_workers workers only
         self.on_done: Any = None  # called with the future once every part is answered
         self.lease: Any = None  # the Lease its observations are lent in (wire.leases); its gather has the rows

@@ -34,7 +34,11 @@ from plan_parallel.interrupts import ctrl_c_deferred
 from plan_parallel.results import step_batch_of
 from plan_parallel.wire.codec import Job
 
-__all__ = ["Placement", "run_chunk"]
+__all__ = ["Decision", "Placement", "run_chunk"]
+
+# Where the tuner placed a batch (Placement.where): its size class, its place, and how many batches its time
+# counts for (0: it is not timed).
+Decision = tuple[tuple[str, int], str, int]
 
 
 def run_chunk(env: PlanEnv, job: Job, lo: int, hi: int, rows: Any = None) -> Any:
@@ -94,12 +98,13 @@ class Placement:
             self._local.close()
 
     # ------------------------------------------------------------------ submitting
-    def where(self, op: str, steps: int, can_share: bool) -> tuple[tuple[str, int], str]:
-        """The size class of a batch of ``steps`` env steps of ``op``, and where the tuner runs it."""
+    def where(self, op: str, steps: int, can_share: bool) -> Decision:
+        """The size class of a batch of ``steps`` env steps of ``op``, where the tuner runs it, and how many
+        batches its time counts for (0: not timed; see :meth:`Tuner.choose`)."""
         size_class = Tuner.size_class(op, steps)
-        return size_class, self.tuner.place(size_class, can_share)
+        return (size_class, *self.tuner.choose(size_class, can_share))
 
-    def submit(self, job: Job, waited_in_full: bool = False, decided: tuple[tuple[str, int], str] | None = None,
+    def submit(self, job: Job, waited_in_full: bool = False, decided: Decision | None = None,
                started: float | None = None) -> BatchFuture:
         """Run ``job`` where the tuner says; a future of its result.
 
@@ -109,15 +114,17 @@ class Placement:
         the call began (its checks count in its time, as in :meth:`run_here_timed`).
         """
         steps = job.cost(0, job.n)
-        size_class, place = decided or self.where(job.op.value, steps, waited_in_full)
+        decided = decided or self.where(job.op.value, steps, waited_in_full)
+        size_class, place, fut_batches = decided
         if place == "here":
-            value = self.run_here_timed(size_class, steps, job.n, lambda local: self.run_here(local, job), started)
+            value = self.run_here_timed(decided, steps, job.n, lambda local: self.run_here(local, job), started)
             return BatchFuture.completed(job.n, value)
         if place == "share":
             self.local()  # built before the clock starts: its cost is not a step's
         fut = BatchFuture(self.pool, job.n, job, job.gatherer(self.observation_space))
         fut.size_class = size_class
         fut.place = place
+        fut.timed_as = fut_batches
         fut.started = time.perf_counter() if started is None else started
         fut.on_done = self.account
         if place == "share":
@@ -129,22 +136,28 @@ class Placement:
             self.stats["lent_batches"] += 1
         return fut
 
-    def run_here_timed(self, size_class: tuple[str, int], steps: int, n: int, run: Callable[[PlanEnv], Any],
+    def run_here_timed(self, decided: Decision, steps: int, n: int, run: Callable[[PlanEnv], Any],
                        started: float | None = None) -> Any:
-        """``run(local env)``, a batch of ``n`` items and ``steps`` env steps placed here, timed for the tuner.
+        """``run(local env)``, a batch of ``n`` items and ``steps`` env steps placed here (``decided``: see
+        :meth:`where`), timed for the tuner when the tuner asked.
 
         Its time counts from ``started`` (when the call began: its checks, as a batch sent to the
         workers counts them), less any wait for another thread's batch here.
         """
+        size_class, _, batches = decided
         checks = 0.0 if started is None else time.perf_counter() - started
         with self.lock:  # threads take turns on the one local env
-            local = self.local()  # built outside the timing: its cost is not a step's
-            t0 = time.perf_counter()
-            value = run(local)
-            self.tuner.learn(size_class, "here", (time.perf_counter() - t0 + checks) / max(1, steps))
-        self.stats["inline_batches"] += 1
-        self.stats["batches"] += 1  # batches that ran, as the inline backend counts them: not one refused
-        self.stats["items"] += n
+            local = self._local or self.local()  # built outside the timing: its cost is not a step's
+            if not batches:
+                value = run(local)
+            else:
+                t0 = time.perf_counter()
+                value = run(local)
+                self.tuner.learn(size_class, "here", (time.perf_counter() - t0 + checks) / max(1, steps), batches)
+        stats = self.stats
+        stats["inline_batches"] += 1
+        stats["batches"] += 1  # batches that ran, as the inline backend counts them: not one refused
+        stats["items"] += n
         return value
 
     @staticmethod
@@ -169,7 +182,8 @@ class Placement:
         self.stats["ipc_seconds"] += max(0.0, wall - max(env_each, default=0.0))
         job = fut.job
         assert job is not None and fut.size_class is not None
-        self.tuner.learn(fut.size_class, fut.place, wall / max(1, job.cost(0, job.n)))
+        if fut.timed_as:
+            self.tuner.learn(fut.size_class, fut.place, wall / max(1, job.cost(0, job.n)), fut.timed_as)
         on_workers = (fut.gather.total_steps if fut.gather is not None else 0) - fut.steps_here
         if on_workers > 0:
             self.tuner.learn_step(sum(env_each) / on_workers)

@@ -11,7 +11,7 @@ import os
 from plan_parallel.batch.feeder import QUEUED_PER_WORKER
 
 __all__ = ["CHUNK_SECONDS", "EXPLORE_EVERY", "FIRST_SAMPLES", "MAX_EXPLORE_FACTOR", "MAX_RISE", "MIN_CHUNK_SECONDS", "PLACES",
-           "Tuner", "usable_cores"]
+           "SETTLED_TIMED_EVERY", "Tuner", "usable_cores"]
 
 EXPLORE_EVERY = 32  # a place as fast as the fastest is re-measured after this many batches of its size class
 MAX_EXPLORE_FACTOR = 8  # and one r times slower after r**2 times as many (r at most this)
@@ -30,6 +30,11 @@ CHUNK_SECONDS = 10e-3
 # (A/B, W=2 workers only, 100 us vs 1 ms: 2 CartPole items 1,006 vs 746 us a call, caller 805 vs 700;
 # CartPole B=64 2,743 vs 2,581 us; HalfCheetah B=8 2,169 vs 2,133 us, caller 1,047 vs 794).
 MIN_CHUNK_SECONDS = 1e-3
+# While a place is settled on, one batch in this many is timed for its figure, which counts as this many
+# batches' (the same EMA, the same rise a batch). CartPole B=8 placed here (~150 us a call), two process envs
+# in one process, alternating 300-call samples, 60 rounds, 4 runs: every batch timed 0.886-0.905 of
+# inline's speed, one in four 0.914-0.924 (learning a batch costs ~2-3 us in place).
+SETTLED_TIMED_EVERY = 4
 PLACES = ("workers", "here", "share")  # share: the workers take chunks from the front, this process from the back
 MODES = ("auto", *PLACES)
 
@@ -120,7 +125,12 @@ class Tuner:
         return op, max(0, steps - 1).bit_length()
 
     def place(self, size_class: tuple[str, int], can_share: bool = True) -> str:
-        """Where a batch of this size class runs: one of :data:`PLACES` (not ``"share"`` unless ``can_share``).
+        """Where a batch of this size class runs: one of :data:`PLACES` (see :meth:`choose`)."""
+        return self.choose(size_class, can_share)[0]
+
+    def choose(self, size_class: tuple[str, int], can_share: bool = True) -> tuple[str, int]:
+        """Where a batch of this size class runs: one of :data:`PLACES` (not ``"share"`` unless ``can_share``),
+        and how many batches its time counts for when learned (0: it need not be timed).
 
         In ``"auto"`` mode each place is measured :data:`FIRST_SAMPLES` times,
         in turns in the order of :data:`PLACES`; then the fastest wins, and
@@ -139,7 +149,8 @@ class Tuner:
         trial falls due are counted when it is decided, and placed without comparing
         the figures again (a place's figure that changes their order, :meth:`learn`,
         unsettles it). Each batch placed costs ~0.3 us instead of ~4 (CartPole B=8,
-        where a batch runs here in ~90 us).
+        where a batch runs here in ~90 us). One settled batch in :data:`SETTLED_TIMED_EVERY`
+        is timed, and counts as that many batches.
 
         A trial is two batches, and only the second is learned: the first pays for
         the place having been idle (its workers asleep and their caches cold, or a
@@ -149,25 +160,25 @@ class Tuner:
         here).
         """
         if self.mode != "auto":
-            return self.mode if can_share or self.mode != "share" else "workers"
+            return self.mode if can_share or self.mode != "share" else "workers", 1
         figures = self._figures.get(size_class) or self._figures.setdefault(size_class, Figures())
         m = len(PLACES) if can_share else 2
         quiet, settled = figures.quiet, figures.settled
         if quiet > 0 and settled >= 0 and figures.places == m:
             figures.quiet = quiet - 1  # (two threads may both take the last one: a trial one batch later)
             figures.skipped += 1
-            return PLACES[settled]
+            return PLACES[settled], 0 if quiet % SETTLED_TIMED_EVERY else SETTLED_TIMED_EVERY
         # Copies (a list slice is one step for other threads): another thread's learn() may change a
         # figure while this one compares them. "share" is the last of PLACES.
         samples = figures.samples[:m]
         fewest = min(samples)
         if fewest < FIRST_SAMPLES:  # the first place, in the order of PLACES, with the fewest samples
-            return PLACES[samples.index(fewest)]
+            return PLACES[samples.index(fewest)], 1
         again = figures.repeat
         if 0 <= again < m:
             figures.repeat = -1
-            return PLACES[again]  # a trial's second batch
-        return self._decide(figures, m)
+            return PLACES[again], 1  # a trial's second batch
+        return self._decide(figures, m), 1
 
     @staticmethod
     def _decide(figures: Figures, m: int) -> str:
@@ -200,8 +211,9 @@ class Tuner:
             figures.quiet = max(0, (first_due or 1) - 1)
         return PLACES[chosen]
 
-    def learn(self, size_class: tuple[str, int], place: str, seconds_per_step: float) -> None:
-        """Record a batch's wall time per env step at ``place`` (one of :data:`PLACES`).
+    def learn(self, size_class: tuple[str, int], place: str, seconds_per_step: float, batches: int = 1) -> None:
+        """Record a batch's wall time per env step at ``place`` (one of :data:`PLACES`), as that of
+        ``batches`` batches (:meth:`choose`).
 
         The first three figures keep their best (first calls pay one-off costs:
         attaching slabs, warming caches); later ones enter an EMA, except a
@@ -227,7 +239,9 @@ class Tuner:
         elif seconds_per_step < 0.5 * old:
             figures.speed[j] = seconds_per_step
         else:
-            figures.speed[j] = 0.7 * old + 0.3 * min(seconds_per_step, MAX_RISE * old)
+            for _ in range(batches):
+                old = 0.7 * old + 0.3 * min(seconds_per_step, MAX_RISE * old)
+            figures.speed[j] = old
         settled = figures.settled
         if settled >= 0 and j < figures.places:  # does the settled place stay the fastest?
             new = figures.speed[j]
