@@ -92,11 +92,13 @@ def bench_process(repeats: int, quick: bool, workers: int,
         f"ceiling: the raw loop in {workers} processes at once ÷ the raw loop, in the same samples (what {workers} "
         "processes can gain here, now); eff: proc/inl ÷ ceiling; raw cpu xW: the CPU a raw item costs with every "
         f"process busy ÷ alone; wrk bound: what the CPU spent allows workers only, {cores} cores ÷ "
-        "(caller + workers CPU per item) x inline's seconds per item (see cpu_bound)",
+        "(caller + workers CPU per item) x inline's seconds per item (see cpu_bound); raw swing: the raw loop's "
+        "slowest sample ÷ its fastest (the same loop alone: how far this machine's speed moved during the row)",
         f"parallel ceiling now: {workers} busy processes run {parallel_ceiling(workers):.2f}x one",
         f"{'workload':<15} {'B':>4} {'dt':>2} {'raw/s':>8} {'inline/s':>8} {'process/s':>9} {'workers/s':>9} "
         f"{'inl/raw':>7} {'proc/raw':>8} {'proc/inl':>8} {'wrk/inl':>7} {'ceiling':>7} {'eff':>5} {'raw cpu xW':>10}"
-        f" {'wrk bound':>9}  {'proc c/w us':>12}  {'wrk c/w us':>12}  process batches here/shared % (warm-up included)",
+        f" {'wrk bound':>9} {'raw swing':>9}  {'proc c/w us':>12}  {'wrk c/w us':>12}"
+        "  process batches here/shared % (warm-up included)",
     ]
     fixed = []
     for label, env_id, kw in cases or CASES:
@@ -133,7 +135,8 @@ def bench_process(repeats: int, quick: bool, workers: int,
                         f"{rate['process']:>9,.0f} {rate['workers']:>9,.0f} {t['inline'].speedup(t['raw']):>7.2f} "
                         f"{t['process'].speedup(t['raw']):>8.2f} {proc_inl:>8.2f} "
                         f"{t['workers'].speedup(t['inline']):>7.2f} {ceiling:>7.2f} "
-                        f"{proc_inl / ceiling:>5.2f} {inflation:>10.2f} {bound:>9.2f}"
+                        f"{proc_inl / ceiling:>5.2f} {inflation:>10.2f} {bound:>9.2f} "
+                        f"{max(t['raw'].walls) / min(t['raw'].walls):>9.2f}"
                         f"  {cpu['process']:>12}  {cpu['workers']:>12}  {_placed(before, proc.stats)}"
                     )
             fixed.append(f"{label}: {fixed_cost(strict, states[0], repeats) * 1e6:.0f} us")

@@ -54,9 +54,10 @@ def test_the_process_suite_prints_each_rows_own_ceiling_beside_its_ratios() -> N
         proc_inl, ceiling, eff = float(r[9]), float(r[11]), float(r[12])
         assert 0.2 < ceiling < 4.0, r  # the crew ran: W processes, each as fast as one or a few times slower
         assert eff == pytest.approx(proc_inl / ceiling, abs=0.02), r
-    assert header.split()[16:18] == ["wrk", "bound"], header
+    assert header.split()[16:20] == ["wrk", "bound", "raw", "swing"], header
     for r in rows:
         assert 0.0 < float(r[14]) < 8.0, r  # 2 cores' worth of the workers' and the caller's CPU, per inline item
+        assert float(r[15]) >= 1.0, r  # the raw loop's slowest sample ÷ its fastest
 
 
 def test_the_cpu_bound_is_the_cores_time_over_the_cpu_an_item_spends_in_every_process() -> None:
