@@ -76,12 +76,12 @@ class WorkerPool:
         self._step_seconds: float | None = None  # a worker's env seconds per step (EMA), to know when replies are due
         self._ids = READY
         self._owner = os.getpid()  # a copy in a child forked by os.fork owns neither the workers nor the slabs
-        self.feeder = Feeder(SlabPool(), LeasePool(), timeout)
         self.info: WorkerInfo | None = None
         self.stats: dict[str, Any] = {
             "restarts": 0, "timeouts": 0, "busy_seconds": [0.0] * n, "env_seconds": 0.0,
-            "stray_replies": 0, "interrupted": 0,
+            "stray_replies": 0, "interrupted": 0, "states_checked": 0,
         }
+        self.feeder = Feeder(SlabPool(), LeasePool(), timeout, self.stats)
         close_at_exit(self)
 
     # ------------------------------------------------------------------ starting

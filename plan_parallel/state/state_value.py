@@ -17,7 +17,7 @@ from plan_parallel.errors import StateError
 from plan_parallel.state.sim_blobs import sim_blobs
 from plan_parallel.state.values import value_digest, values_equal
 
-__all__ = ["State", "validate_each"]
+__all__ = ["State", "checked_by", "mark_checked", "validate_each"]
 
 
 class State:
@@ -57,7 +57,7 @@ class State:
         self.kind = kind
         self._sim = sim
         self._blob: bytes | None = None
-        self._checked: Any = None  # the checker token of the adapter that made or checked it (validate_each)
+        self._checked: Any = None  # the token(s) of the checks it passed, or of the envs that made it (validate_each)
         self.extra = extra
         self.rng = rng
         self.wrappers = wrappers
@@ -75,14 +75,15 @@ class State:
 
     @classmethod
     def from_blob(cls, kind: str, blob: bytes, extra: Any = None, rng: dict | None = None, wrappers: tuple = (),
-                  obs: Any = None) -> State:
+                  obs: Any = None, checker: Any = None) -> State:
         """A state whose simulator value is given in its family's bytes form (:func:`register_sim_blobs`).
 
         It is decoded the first time :attr:`sim` is read. A state that only
         travels (from a worker, back to a worker, pickled) is never decoded.
+        ``checker``: the token of the check it passed, or of the envs that made it (see :func:`validate_each`).
         """
         s = cls.__new__(cls)
-        s.kind, s._sim, s._blob, s._checked = kind, _UNDECODED, blob, None
+        s.kind, s._sim, s._blob, s._checked = kind, _UNDECODED, blob, checker
         s.extra, s.rng, s.wrappers, s.obs = extra, rng, wrappers, obs
         return s
 
@@ -195,7 +196,7 @@ def validate_each(states: Sequence[State], check: Any, first_index: int = 0, ind
     """
     last: object = object()  # no item is this
     for i, s in enumerate(states):
-        if s is last or (checker is not None and type(s) is State and s._checked is checker):
+        if s is last or (checker is not None and type(s) is State and (s._checked is checker or _has(s._checked, checker))):
             last = s
             continue
         try:
@@ -205,5 +206,42 @@ def validate_each(states: Sequence[State], check: Any, first_index: int = 0, ind
             err._pp_item = i  # type: ignore[attr-defined]
             raise err from None
         if checker is not None and type(s) is State:
-            s._checked = checker
+            _add(s, checker)
         last = s
+
+
+MAX_TOKENS = 4  # a state remembers the checks of this many envs at most (the latest ones)
+
+
+def _has(checked: Any, token: Any) -> bool:
+    """Whether a state's ``_checked`` holds ``token``: it is the token, or a tuple of tokens with it."""
+    return checked is token or (type(checked) is tuple and any(t is token for t in checked))
+
+
+def _add(s: State, token: Any) -> None:
+    """Add ``token`` to the tokens ``s`` holds (one env's check does not erase another's: a state passed to
+    two envs in turn, or to the workers and the local env of one, is not checked again and again)."""
+    c = s._checked
+    if c is None or c is token:
+        s._checked = token
+    elif type(c) is tuple:
+        if not _has(c, token):
+            s._checked = (*c[1 - MAX_TOKENS:], token)
+    else:
+        s._checked = (c, token)
+
+
+def checked_by(states: Sequence[State], token: Any) -> bool:
+    """Whether every one of ``states`` passed the check ``token`` stands for, or was made by the envs it
+    stands for (see :func:`validate_each`)."""
+    for s in states:
+        if type(s) is not State or not (s._checked is token or _has(s._checked, token)):
+            return False
+    return True
+
+
+def mark_checked(states: Sequence[State], token: Any) -> None:
+    """Note that ``states`` passed the check ``token`` stands for (see :func:`validate_each`)."""
+    for s in states:
+        if type(s) is State:
+            _add(s, token)

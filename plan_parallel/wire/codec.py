@@ -20,6 +20,7 @@ import numpy as np
 from gymnasium import spaces
 
 from plan_parallel.state import State
+from plan_parallel.state.state_value import checked_by
 from plan_parallel.wire.columns import pack_states
 from plan_parallel.wire.gather import Gather, RolloutGather, StepGather
 from plan_parallel.wire.messages import ChunkRequest, Op, RolloutSpec
@@ -74,8 +75,8 @@ class Job:
         rollout: None for step_batch; the rollout's horizon, pickled policy and return_all.
         policy: the caller's policy object (for a rollout run in this process).
         index_errors: a malformed state's error names its index (False for ``step``'s one state).
-        validated: the states were validated against the env already (a vector env's own): a chunk
-            run in the calling process does not check them again (a worker still does).
+        validated: the states were validated against the env already (a vector env's own): neither a
+            chunk run in the calling process nor a worker checks them again.
         here: ``here(lo, hi)`` runs items lo..hi in the calling process instead of on its local env
             (lists as ``PlanEnv.run_raw``): a vector env's sub-envs, each kept at its state by an env
             of its own, for a batch placed here or the share of a batch this process runs.
@@ -152,14 +153,17 @@ def out_bytes_guess(observation_space: spaces.Space, state: State | None, job: J
 
 
 def encode(job: Job, lo: int, hi: int, per_item_out: int, acquire: Callable[[int], Slab] | None,
-           obs_to: tuple[Slab, np.ndarray] | None = None, timeout: float | None = None) -> tuple[ChunkRequest, Slab | None]:
+           obs_to: tuple[Slab, np.ndarray] | None = None, timeout: float | None = None,
+           trust: Any = None) -> tuple[ChunkRequest, Slab | None]:
     """The request of chunk lo..hi, and its slab (None when ``acquire`` is None: everything in the message).
 
     ``per_item_out`` is the slab room reserved per item for the results (what
     does not fit travels in the reply, and is learned for the next chunks).
     ``obs_to``: the batch's lent slab and its observations array (rows of the
     whole batch), into which the worker writes this chunk's rows. ``timeout``: the
-    seconds a call may take on a worker (:attr:`ChunkRequest.timeout`).
+    seconds a call may take on a worker (:attr:`ChunkRequest.timeout`). ``trust``: the token of states the
+    workers checked or made (:attr:`Feeder.trust`): a chunk of such states (or of a job's validated states)
+    tells the worker not to check them again.
     """
     m = hi - lo
     actions, dt, seeds = job.actions, job.dt, job.seeds
@@ -186,6 +190,7 @@ def encode(job: Job, lo: int, hi: int, per_item_out: int, acquire: Callable[[int
         has_seeds=seeds is not None, states=packed, rollout=job.rollout, index_errors=job.index_errors,
         obs_out=None if obs_to is None else _rows_at(obs_to, lo), kept=None if job.keys is None else job.keys[lo:hi].tolist(),
         timeout=timeout,
+        validated=job.validated or (sub_states is not None and trust is not None and checked_by(sub_states, trust)),
     )
     return req, slab
 

@@ -85,14 +85,16 @@ def _sim_blobs(states: Sequence[State]) -> list | None:
         return None
 
 
-def unpack_states(rest: dict[str, Any], cols: dict[str, np.ndarray], prefix: str, n: int) -> list[State]:
+def unpack_states(rest: dict[str, Any], cols: dict[str, np.ndarray], prefix: str, n: int,
+                  checker: Any = None) -> list[State]:
     """Rebuild the ``n`` states of :func:`pack_states` output (array rows are views of ``cols``).
 
     States whose simulator values came as bytes (in the slab or in the message) keep them, decoded on
     first use (:meth:`State.from_blob`).
     A state packed once for several items is one object listed for each of them.
+    ``checker``: the token of the workers that made them (see :func:`~plan_parallel.state.state_value.validate_each`).
     """
-    make = _packed_state(rest, cols, prefix, keep=False)
+    make = _packed_state(rest, cols, prefix, keep=False, checker=checker)
     index = rest.get("index")
     obs = rest.get("obs")
     if obs is None:
@@ -101,16 +103,17 @@ def unpack_states(rest: dict[str, Any], cols: dict[str, np.ndarray], prefix: str
     return unique if index is None else [unique[k] for k in index]
 
 
-def state_maker(rest: dict[str, Any], cols: dict[str, np.ndarray], prefix: str) -> Callable[[int], State]:
+def state_maker(rest: dict[str, Any], cols: dict[str, np.ndarray], prefix: str,
+                checker: Any = None) -> Callable[[int], State]:
     """``make(k)``: the k-th state of :func:`pack_states` output, made when called (without its observation).
 
     What it needs is kept out of the slab now (the slab is reused): the bytes
     column of serialized simulator values as one bytes object, sliced per state
     when made; array columns are copies already (:func:`read_columns`). The states
     equal those of :func:`unpack_states`; a state packed once for several items is
-    one object for each of them.
+    one object for each of them. ``checker``: as :func:`unpack_states`'.
     """
-    make = _packed_state(rest, cols, prefix, keep=True)
+    make = _packed_state(rest, cols, prefix, keep=True, checker=checker)
     index = rest.get("index")
     if index is None:
         return lambda k: make(k, None)
@@ -127,7 +130,7 @@ def state_maker(rest: dict[str, Any], cols: dict[str, np.ndarray], prefix: str) 
 
 
 def _packed_state(rest: dict[str, Any], cols: dict[str, np.ndarray], prefix: str,
-                  keep: bool) -> Callable[[int, Any], State]:
+                  keep: bool, checker: Any = None) -> Callable[[int, Any], State]:
     """``make(u, obs)``: a new object of the u-th state :func:`pack_states` packed (once each), with ``obs``.
 
     ``keep``: copy the slab's bytes column out now, for states made after the slab is reused;
@@ -145,10 +148,10 @@ def _packed_state(rest: dict[str, Any], cols: dict[str, np.ndarray], prefix: str
             data = column.tobytes() if keep else column.data  # sliced as bytes, or as a memoryview of the slab
             bounds = [0, *ends.tolist()]
             return lambda u, obs: State.from_blob(kind, bytes(data[bounds[u]:bounds[u + 1]]), extra[u], rng[u],
-                                                  wrappers[u], obs)
+                                                  wrappers[u], obs, checker)
     if raw is not None:
-        return lambda u, obs: State.from_blob(kind, raw[u], extra[u], rng[u], wrappers[u], obs)
-    return lambda u, obs: State(kind, sims[u], extra[u], rng[u], wrappers[u], obs)  # type: ignore[index]
+        return lambda u, obs: State.from_blob(kind, raw[u], extra[u], rng[u], wrappers[u], obs, checker)
+    return lambda u, obs: State.captured(kind, sims[u], extra[u], rng[u], wrappers[u], obs, checker)  # type: ignore[index]
 
 
 def pack_infos(infos: list[dict], w: ArrayWriter | None = None) -> Any:

@@ -52,8 +52,9 @@ class Gather(Protocol):
     def total_steps(self) -> int:
         """Env steps of the chunks absorbed so far."""
 
-    def absorb(self, lo: int, hi: int, reply: ChunkReply, cols: dict[str, np.ndarray]) -> None:
-        """Copy chunk lo..hi's results out of ``cols`` (slab views, reused after this returns)."""
+    def absorb(self, lo: int, hi: int, reply: ChunkReply, cols: dict[str, np.ndarray], checker: Any = None) -> None:
+        """Copy chunk lo..hi's results out of ``cols`` (slab views, reused after this returns); its states carry
+        ``checker``, the token of the workers that made them (see :func:`~plan_parallel.state.state_value.validate_each`)."""
 
     def absorb_local(self, lo: int, hi: int, out: Any) -> int:
         """Take chunk lo..hi run in this process (``run_raw``'s lists, or ``rollout_raw``'s parts); its env steps."""
@@ -125,7 +126,7 @@ class StepGather:
         """
         self.lent = self.obs_arr = rows
 
-    def absorb(self, lo: int, hi: int, reply: ChunkReply, cols: dict[str, np.ndarray]) -> None:
+    def absorb(self, lo: int, hi: int, reply: ChunkReply, cols: dict[str, np.ndarray], checker: Any = None) -> None:
         m = hi - lo
         rewards, terms, truncs, n_steps = unpack_outcomes(reply, cols)
         self.rewards[lo:hi] = rewards
@@ -139,7 +140,7 @@ class StepGather:
                 self._put_obs(lo, hi, cols.get("obs"), listed)
         elif self.obs_list is not None:  # written into self.lent, but an earlier chunk's did not fit it
             self.obs_list[lo:hi] = list(self.lent[lo:hi])  # type: ignore[index]
-        self.state_parts[lo] = (hi, state_maker(reply.states, cols, ""))
+        self.state_parts[lo] = (hi, state_maker(reply.states, cols, "", checker))
         infos = unpack_infos(reply.infos, m, cols)
         steps = n_steps.tolist()
         for info, k in zip(infos, steps):
@@ -230,10 +231,10 @@ class RolloutGather:
         fill_rows(lent[lo:hi], rows)
         return list(lent[lo:hi])
 
-    def absorb(self, lo: int, hi: int, reply: ChunkReply, cols: dict[str, np.ndarray]) -> None:
+    def absorb(self, lo: int, hi: int, reply: ChunkReply, cols: dict[str, np.ndarray], checker: Any = None) -> None:
         m, horizon = hi - lo, self.spec.horizon
         rewards, terms, truncs, n_steps = unpack_outcomes(reply, cols)
-        states = unpack_states(reply.states, cols, "", m)
+        states = unpack_states(reply.states, cols, "", m, checker)
         if reply.obs_written:
             final = list(self.lent[lo:hi])  # type: ignore[index]
         else:
@@ -244,7 +245,7 @@ class RolloutGather:
             s.obs = o
         all_states = all_obs = None
         if self.spec.return_all:
-            flat = unpack_states(reply.all_states, cols, "all_", m * horizon)  # type: ignore[arg-type]
+            flat = unpack_states(reply.all_states, cols, "all_", m * horizon, checker)  # type: ignore[arg-type]
             for s, o in zip(flat, _obs_rows(cols, reply.all_obs, "all_obs")):
                 s.obs = o
             all_states = [flat[k * horizon:(k + 1) * horizon] for k in range(m)]

@@ -121,6 +121,8 @@ class ChunkRequest:
     kept: list[int] | None = None
     # The seconds the caller gives a call (None: no limit): the kept envs a call builds stay well within them.
     timeout: float | None = None
+    # The states passed the workers' check before, or the workers made them (Feeder.trust): not checked again.
+    validated: bool = False
 
 
 @dataclass(frozen=True)
@@ -137,6 +139,7 @@ class ChunkReply:
     layout: dict  # the output columns in the slab
     needed: int  # output bytes, fitting in the slab or not (learned for the next chunks)
     all_states: dict | None = None  # with return_all: the n*T states, item-major
+    checked: int = 0  # the request's states the worker checked (none when it said they were validated)
     all_obs: Any = None  # with return_all: their observations when not the column "all_obs" (as obs)
     obs_written: bool = False  # the final observations are in the batch's slab (ChunkRequest.obs_out)
 

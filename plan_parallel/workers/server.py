@@ -3,8 +3,9 @@
 Shared by every backend's worker (a process in :mod:`.process`, a Ray actor in
 :mod:`.ray_actor`). The server hosts one :class:`~plan_parallel.env.PlanEnv`,
 reads a chunk from its slab, validates every state exactly as the inline
-backend does (so bad input is answered alike wherever it runs), runs the items,
-and writes the results back.
+backend does (so bad input is answered alike wherever it runs) unless the chunk
+says its states passed that check or were made by the workers (see
+:class:`~plan_parallel.batch.feeder.Feeder`), runs the items, and writes the results back.
 """
 from __future__ import annotations
 
@@ -106,7 +107,8 @@ class Server:
         states = None
         if req.states is not None:
             states = unpack_states(req.states, cols, "in_", req.n)
-            self.env.validate_all(states, req.first_index, req.index_errors)
+            if not req.validated:
+                self.env.validate_all(states, req.first_index, req.index_errors)
         actions = cols.get("actions", req.actions)
         dt = cols.get("dt", req.dt)
         seeds = cols.get("seeds", req.seeds) if req.has_seeds else None
@@ -177,7 +179,9 @@ class Server:
     def _reply(w: ArrayWriter, req: ChunkRequest, outcomes: dict, infos: list[dict], **fields: Any) -> ChunkReply:
         """A chunk's reply: its info columns written to ``w`` last, then the slab layout and the bytes it needed."""
         info_cols = pack_infos(infos, w)
-        return ChunkReply(**outcomes, infos=info_cols, layout=w.layout, needed=w.needed - req.out_offset, **fields)
+        checked = 0 if req.validated or req.states is None else req.n
+        return ChunkReply(**outcomes, infos=info_cols, layout=w.layout, needed=w.needed - req.out_offset, checked=checked,
+                          **fields)
 
     def _policy(self, blob: bytes | None) -> Any:
         """The policy a request ships (cloudpickled), unpickled once while the same bytes keep coming."""
