@@ -214,8 +214,9 @@ MAX_TOKENS = 4  # a state remembers the checks of this many envs at most (the la
 
 
 def _has(checked: Any, token: Any) -> bool:
-    """Whether a state's ``_checked`` holds ``token``: it is the token, or a tuple of tokens with it."""
-    return checked is token or (type(checked) is tuple and any(t is token for t in checked))
+    """Whether a state's ``_checked`` holds ``token``: it is the token, or a tuple of tokens with it (tokens
+    compare as themselves: ``object()``, or an adapter's weak reference)."""
+    return checked is token or (type(checked) is tuple and token in checked)
 
 
 def _add(s: State, token: Any) -> None:
@@ -234,8 +235,11 @@ def _add(s: State, token: Any) -> None:
 def checked_by(states: Sequence[State], token: Any) -> bool:
     """Whether every one of ``states`` passed the check ``token`` stands for, or was made by the envs it
     stands for (see :func:`validate_each`)."""
-    for s in states:
-        if type(s) is not State or not (s._checked is token or _has(s._checked, token)):
+    for s in states:  # (the calls of _has spelled out: ~1 us a state in place with them, CartPole B=512)
+        if type(s) is not State:
+            return False
+        c = s._checked
+        if c is not token and not (type(c) is tuple and token in c):
             return False
     return True
 
