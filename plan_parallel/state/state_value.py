@@ -17,7 +17,7 @@ from plan_parallel.errors import StateError
 from plan_parallel.state.sim_blobs import sim_blobs
 from plan_parallel.state.values import value_digest, values_equal
 
-__all__ = ["State", "checked_by", "mark_checked", "validate_each"]
+__all__ = ["MAX_TOKENS", "State", "checked_by", "mark_checked", "validate_each"]
 
 
 class State:
@@ -188,7 +188,9 @@ def validate_each(states: Sequence[State], check: Any, first_index: int = 0, ind
     once, or that the adapter captured (:meth:`State.captured`), is not checked again: states are
     values (one changed in place is a bug of its own: its key would be stale too), and a planner
     passes the states a batch returned straight back (CartPole: ~1 us of ~10 an item). The token is
-    the adapter's own, not its kind: two MuJoCo envs of one class may load different models.
+    the adapter's own, not its kind: two MuJoCo envs of one class may load different models. A state
+    keeps the tokens of the last :data:`MAX_TOKENS` checks it passed (a process env's workers mark the
+    states they checked with a token of their own: :class:`~plan_parallel.batch.feeder.Feeder`).
 
     Raises:
         StateError: ``states[k]: ...`` (the check's own message when ``index_errors`` is False), with
