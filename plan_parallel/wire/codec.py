@@ -75,8 +75,9 @@ class Job:
         rollout: None for step_batch; the rollout's horizon, pickled policy and return_all.
         policy: the caller's policy object (for a rollout run in this process).
         index_errors: a malformed state's error names its index (False for ``step``'s one state).
-        validated: the states were validated against the env already (a vector env's own): neither a
-            chunk run in the calling process nor a worker checks them again.
+        validated: the states were validated against the env already (a vector env's own): a chunk
+            run in the calling process does not check them again (a worker still does, unless they carry
+            its pool's token: see ``encode``).
         here: ``here(lo, hi)`` runs items lo..hi in the calling process instead of on its local env
             (lists as ``PlanEnv.run_raw``): a vector env's sub-envs, each kept at its state by an env
             of its own, for a batch placed here or the share of a batch this process runs.
@@ -162,8 +163,8 @@ def encode(job: Job, lo: int, hi: int, per_item_out: int, acquire: Callable[[int
     ``obs_to``: the batch's lent slab and its observations array (rows of the
     whole batch), into which the worker writes this chunk's rows. ``timeout``: the
     seconds a call may take on a worker (:attr:`ChunkRequest.timeout`). ``trust``: the token of states the
-    workers checked or made (:attr:`Feeder.trust`): a chunk of such states (or of a job's validated states)
-    tells the worker not to check them again.
+    workers checked or made (:attr:`~plan_parallel.batch.feeder.Feeder.trust`): a chunk of such states tells the worker not to check
+    them again.
     """
     m = hi - lo
     actions, dt, seeds = job.actions, job.dt, job.seeds
@@ -190,7 +191,7 @@ def encode(job: Job, lo: int, hi: int, per_item_out: int, acquire: Callable[[int
         has_seeds=seeds is not None, states=packed, rollout=job.rollout, index_errors=job.index_errors,
         obs_out=None if obs_to is None else _rows_at(obs_to, lo), kept=None if job.keys is None else job.keys[lo:hi].tolist(),
         timeout=timeout,
-        validated=job.validated or (sub_states is not None and trust is not None and checked_by(sub_states, trust)),
+        validated=sub_states is not None and trust is not None and checked_by(sub_states, trust),
     )
     return req, slab
 
