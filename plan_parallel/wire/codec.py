@@ -162,9 +162,9 @@ def encode(job: Job, lo: int, hi: int, per_item_out: int, acquire: Callable[[int
     does not fit travels in the reply, and is learned for the next chunks).
     ``obs_to``: the batch's lent slab and its observations array (rows of the
     whole batch), into which the worker writes this chunk's rows. ``timeout``: the
-    seconds a call may take on a worker (:attr:`ChunkRequest.timeout`). ``trust``: the token of states the
-    workers checked or made (:attr:`~plan_parallel.batch.feeder.Feeder.trust`): a chunk of such states tells the worker not to check
-    them again.
+    seconds a call may take on a worker (:attr:`ChunkRequest.timeout`). ``trust``: the token of states
+    the workers checked or made (:attr:`~plan_parallel.batch.feeder.Feeder.trust`): a chunk of such
+    states tells the worker not to check them again.
     """
     m = hi - lo
     actions, dt, seeds = job.actions, job.dt, job.seeds
