@@ -40,8 +40,8 @@ class Feeder:
             (:mod:`plan_parallel.wire.leases`). Workers with shared memory write their rows
             into the lent slab; others' rows (Ray's) are copied into it on arrival, into
             memory a dropped batch has touched already.
-        timeout: the seconds a call may take on a worker (None: no limit).
         stats: the pool's telemetry: ``states_checked`` counts the states the workers checked.
+        timeout: the seconds a call may take on a worker (None: no limit).
 
     The workers check each state a chunk brings before they restore it, as the
     inline backend does, once: the states of a chunk they answered, and those they
@@ -51,13 +51,12 @@ class Feeder:
     by one factory, so a state one of them checked or made restores any of them.
     """
 
-    def __init__(self, slabs: SlabPool, leases: LeasePool, timeout: float | None = None,
-                 stats: dict[str, Any] | None = None) -> None:
+    def __init__(self, slabs: SlabPool, leases: LeasePool, stats: dict[str, Any], timeout: float | None = None) -> None:
         self.slabs = slabs
         self.leases = leases
         self.timeout = timeout  # told to the workers (ChunkRequest.timeout)
         self.trust = object()  # the token of the states the workers checked or made (see validate_each)
-        self.stats = {"states_checked": 0} if stats is None else stats
+        self.stats = stats
         self.observation_space: Any = None
         self.waiting: deque[BatchFuture] = deque()  # batches with chunks not sent yet, oldest first
         self._out_per_item: dict[tuple[Op, bool], int] = {}  # result bytes per item seen so far, per op and return_all

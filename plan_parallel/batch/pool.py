@@ -81,7 +81,7 @@ class WorkerPool:
             "restarts": 0, "timeouts": 0, "busy_seconds": [0.0] * n, "env_seconds": 0.0,
             "stray_replies": 0, "interrupted": 0, "states_checked": 0,
         }
-        self.feeder = Feeder(SlabPool(), LeasePool(), timeout, self.stats)
+        self.feeder = Feeder(SlabPool(), LeasePool(), self.stats, timeout)
         close_at_exit(self)
 
     # ------------------------------------------------------------------ starting
