@@ -115,7 +115,7 @@ class Placement:
         """
         steps = job.cost(0, job.n)
         decided = decided or self.where(job.op.value, steps, waited_in_full)
-        size_class, place, fut_batches = decided
+        size_class, place, timed_as = decided
         if place == "here":
             value = self.run_here_timed(decided, steps, job.n, lambda local: self.run_here(local, job), started)
             return BatchFuture.completed(job.n, value)
@@ -124,7 +124,7 @@ class Placement:
         fut = BatchFuture(self.pool, job.n, job, job.gatherer(self.observation_space))
         fut.size_class = size_class
         fut.place = place
-        fut.timed_as = fut_batches
+        fut.timed_as = timed_as
         fut.started = time.perf_counter() if started is None else started
         fut.on_done = self.account
         if place == "share":
@@ -147,12 +147,10 @@ class Placement:
         size_class, _, batches = decided
         checks = 0.0 if started is None else time.perf_counter() - started
         with self.lock:  # threads take turns on the one local env
-            local = self._local or self.local()  # built outside the timing: its cost is not a step's
-            if not batches:
-                value = run(local)
-            else:
-                t0 = time.perf_counter()
-                value = run(local)
+            local = self.local()  # built outside the timing: its cost is not a step's
+            t0 = time.perf_counter()
+            value = run(local)
+            if batches:
                 self.tuner.learn(size_class, "here", (time.perf_counter() - t0 + checks) / max(1, steps), batches)
         stats = self.stats
         stats["inline_batches"] += 1
