@@ -20,21 +20,21 @@ BACKENDS = ("inline", "process", "ray")
 def make(env: str | Callable[..., Any], *, backend: Literal["inline"], n_workers: int | None = ...,
          timeout: float | None = ..., max_restarts: int = ..., context: str | None = ..., adapter: Any = ...,
          small_batch_inline: bool = ..., address: str | None = ..., worker_options: dict | list[dict] | None = ...,
-         **env_kwargs: Any) -> PlanEnv: ...
+         pin_workers: bool | None = ..., **env_kwargs: Any) -> PlanEnv: ...
 
 
 @overload
 def make(env: str | Callable[..., Any], *, backend: Literal["process", "ray"] = ..., n_workers: int | None = ...,
          timeout: float | None = ..., max_restarts: int = ..., context: str | None = ..., adapter: Any = ...,
          small_batch_inline: bool = ..., address: str | None = ..., worker_options: dict | list[dict] | None = ...,
-         **env_kwargs: Any) -> BatchEnv: ...
+         pin_workers: bool | None = ..., **env_kwargs: Any) -> BatchEnv: ...
 
 
 @overload
 def make(env: str | Callable[..., Any], *, backend: str = ..., n_workers: int | None = ...,
          timeout: float | None = ..., max_restarts: int = ..., context: str | None = ..., adapter: Any = ...,
          small_batch_inline: bool = ..., address: str | None = ..., worker_options: dict | list[dict] | None = ...,
-         **env_kwargs: Any) -> PlanEnv | BatchEnv: ...
+         pin_workers: bool | None = ..., **env_kwargs: Any) -> PlanEnv | BatchEnv: ...
 
 
 def make(
@@ -49,6 +49,7 @@ def make(
     small_batch_inline: bool = True,
     address: str | None = None,
     worker_options: dict | list[dict] | None = None,
+    pin_workers: bool | None = None,
     **env_kwargs: Any,
 ) -> PlanEnv | BatchEnv:
     """Build an env with the planning API: a :class:`PlanEnv` (inline) or a :class:`BatchEnv`.
@@ -73,6 +74,8 @@ def make(
             ``{"num_cpus": 1, "scheduling_strategy": "SPREAD"}``, or a list of one dict per
             worker, e.g. ``[{"resources": {"head": 0.01}}, {"resources": {"node2": 0.01}}]``
             to place each worker on a given node.
+        pin_workers: (process) keep worker i on the i-th core this process may use. None
+            (default): pinned when the workers are no more than those cores (Linux).
         **env_kwargs: passed to ``gymnasium.make`` (or to the callable).
 
     Raises:
@@ -103,4 +106,5 @@ def make(
         small_batch_inline=small_batch_inline,
         address=address,
         worker_options=worker_options,
+        pin_workers=pin_workers,
     )

@@ -88,6 +88,7 @@ class VectorCore(VectorAttrs, VectorEnv):  # type: ignore[misc]  # np_random(_se
         small_batch_inline: bool = True,
         address: str | None = None,
         worker_options: dict | None = None,
+        pin_workers: bool | None = None,
         **env_kwargs: Any,
     ) -> None:
         """Build the recipe groups (planning envs and envs here); no sub-env is reset yet (call :meth:`reset`).
@@ -109,7 +110,7 @@ class VectorCore(VectorAttrs, VectorEnv):  # type: ignore[misc]  # np_random(_se
             recover: replace a worker that dies and replay its items (the step gives
                 the same result); False: a death raises :class:`~plan_parallel.WorkerCrashedError`.
             copy: return a fresh observation array every call (as SyncVectorEnv's ``copy``).
-            timeout, context, adapter, small_batch_inline, address, worker_options:
+            timeout, context, adapter, small_batch_inline, address, worker_options, pin_workers:
                 options of :func:`plan_parallel.make`.
             max_restarts: dead workers replaced over the env's life (default 3 with
                 ``recover``; 0 or None without).
@@ -138,7 +139,7 @@ class VectorCore(VectorAttrs, VectorEnv):  # type: ignore[misc]  # np_random(_se
                              f"got {autoreset_mode!r}") from None
         options = check_plan_options(recover, max_restarts, backend=backend, n_workers=n_workers, timeout=timeout,
                                      context=context, adapter=adapter, address=address, worker_options=worker_options,
-                                     small_batch_inline=small_batch_inline)
+                                     small_batch_inline=small_batch_inline, pin_workers=pin_workers)
         self.num_envs = int(num_envs)
         self.autoreset_mode = mode
         self.recover = recover

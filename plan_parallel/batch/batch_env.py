@@ -72,6 +72,7 @@ class BatchEnv:
             process, and a share of larger ones (decided from measured times).
             Turn it off when env code may crash or hang the calling process.
         address, worker_options: Ray's cluster address and actor options (see :func:`plan_parallel.make`).
+        pin_workers: keep each process worker on a core of its own (see :func:`plan_parallel.make`).
         tuner: decides where batches run and their chunks (default: from the options above).
 
     Raises:
@@ -91,6 +92,7 @@ class BatchEnv:
         small_batch_inline: bool = True,
         address: str | None = None,
         worker_options: dict | Sequence[dict] | None = None,
+        pin_workers: bool | None = None,
         tuner: Tuner | None = None,
     ) -> None:
         if context is not None and context not in mp.get_all_start_methods():
@@ -107,7 +109,7 @@ class BatchEnv:
         self._factory = factory
         self._state: State | None = None
         chosen = select_backend(backend, cloudpickle.dumps((factory, adapter)), n, self.context, address,
-                                worker_options)
+                                worker_options, pin_workers)
         self._where = chosen.where
         self._pool = WorkerPool(chosen.new_worker, chosen.worker_type, n, timeout, max_restarts)
         self.stats = self._pool.stats

@@ -140,6 +140,7 @@ class ExternalProcess:
         index: the worker's index in its pool (for messages).
         blob: cloudpickled ``(factory, adapter)``.
         context: multiprocessing start method.
+        core: the core the worker runs on (None: wherever the OS puts it).
     """
 
     uses_shared_memory = True
@@ -150,8 +151,9 @@ class ExternalProcess:
     max_queued_bytes: int | None = PIPE_SAFE_BYTES
     chunk_seconds: float | None = None
 
-    def __init__(self, index: int, blob: bytes, context: str) -> None:
+    def __init__(self, index: int, blob: bytes, context: str, core: int | None = None) -> None:
         self.index = index
+        self.core = core
         ctx: Any = mp.get_context(context)  # a start method's context: typeshed's BaseContext lacks Process
         if context == "forkserver":
             _preload_workers_in_forkserver()
@@ -160,7 +162,7 @@ class ExternalProcess:
         # when that thread lives as long as the parent (the forkserver, or the main thread).
         tie = context == "forkserver" or threading.current_thread() is threading.main_thread()
         self.process = ctx.Process(
-            target=worker_main, args=(child, blob, os.getpid(), tie), daemon=True,
+            target=worker_main, args=(child, blob, os.getpid(), tie, core), daemon=True,
             name=f"plan_parallel-worker-{index}",
         )
         try:
@@ -367,7 +369,15 @@ def _parent_alive(parent_pid: int, first_ppid: int) -> bool:
     return True
 
 
-def worker_main(conn: Connection, blob: bytes, parent_pid: int, tie: bool) -> None:
+def _run_on(core: int | None) -> None:
+    """Keep this process on ``core`` (see :func:`~plan_parallel.workers.backends.worker_cores`); None, or an OS
+    that refuses: where the OS puts it."""
+    if core is not None and hasattr(os, "sched_setaffinity"):
+        with contextlib.suppress(OSError):
+            os.sched_setaffinity(0, {core})
+
+
+def worker_main(conn: Connection, blob: bytes, parent_pid: int, tie: bool, core: int | None = None) -> None:
     """Entry point of a worker process."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
     first_ppid = os.getppid()  # the parent, or the forkserver that forked this process
@@ -375,6 +385,7 @@ def worker_main(conn: Connection, blob: bytes, parent_pid: int, tie: bool) -> No
     if tie:
         _tie_to_parent()
     _yield_to_the_caller_on_wakeup()
+    _run_on(core)
     if not _parent_alive(parent_pid, first_ppid):
         return  # the parent died before the tie was made
     server, ready = ready_reply(blob)

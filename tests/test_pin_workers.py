@@ -1,0 +1,80 @@
+"""Process workers on cores of their own: ``pin_workers``.
+
+Rows: by default (None) worker i runs on the i-th core this process may use when
+the workers are no more than those cores, and wherever the OS puts it when they
+are more; True and False force it; a worker that replaces a dead one takes its
+core; results equal inline's either way; a bad value or a Ray backend is refused
+before any worker starts.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import numpy as np
+import pytest
+
+import plan_parallel as pp
+from plan_parallel.workers.backends import worker_cores
+from tests.helpers import assert_batches_equal
+
+pytestmark = [pytest.mark.timeout(120), pytest.mark.usefixtures("no_leaks_module"),
+              pytest.mark.skipif(not hasattr(os, "sched_getaffinity"), reason="the OS sets no CPU affinity")]
+
+ALLOWED = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+needs_two_cores = pytest.mark.skipif(len(ALLOWED) < 2, reason="pinning two workers apart needs two usable cores")
+
+
+def _cores(env: pp.BatchEnv) -> list[list[int]]:
+    return [sorted(os.sched_getaffinity(pid)) for pid in env.pids]
+
+
+@needs_two_cores
+def test_by_default_each_worker_has_a_core_of_its_own() -> None:
+    with pp.make("CartPole-v1", n_workers=2) as env:
+        assert _cores(env) == [[ALLOWED[0]], [ALLOWED[1]]]
+
+
+def test_more_workers_than_cores_are_left_to_the_os() -> None:
+    with pp.make("CartPole-v1", n_workers=len(ALLOWED) + 1) as env:
+        assert _cores(env) == [ALLOWED] * (len(ALLOWED) + 1)
+
+
+@pytest.mark.parametrize(("pin", "n"), [(False, 2), (True, len(ALLOWED) + 1)], ids=["off", "forced-round-robin"])
+def test_forced(pin: bool, n: int) -> None:
+    with pp.make("CartPole-v1", n_workers=n, pin_workers=pin) as env:
+        want = [[ALLOWED[i % len(ALLOWED)]] for i in range(n)] if pin else [ALLOWED] * n
+        assert _cores(env) == want
+    assert worker_cores(n, pin) == ([ALLOWED[i % len(ALLOWED)] for i in range(n)] if pin else [None] * n)
+
+
+@needs_two_cores
+def test_a_replacement_worker_takes_the_dead_ones_core() -> None:
+    with pp.make("CartPole-v1", n_workers=2, small_batch_inline=False) as env:
+        state, _, _ = env.reset(seed=0)
+        old = env.pids[1]
+        os.kill(old, signal.SIGKILL)
+        deadline = time.monotonic() + 30
+        while env.pids[1] == old and time.monotonic() < deadline:
+            env.step_batch(np.zeros(4, dtype=np.int64), [state] * 4)
+        assert env.pids[1] != old and env.stats["restarts"] == 1
+        assert _cores(env) == [[ALLOWED[0]], [ALLOWED[1]]]
+
+
+@pytest.mark.parametrize("pin", [True, False], ids=["pinned", "free"])
+def test_results_equal_inline_either_way(pin: bool) -> None:
+    inline = pp.make("CartPole-v1", backend="inline")
+    with pp.make("CartPole-v1", n_workers=2, small_batch_inline=False, pin_workers=pin) as env:
+        state, _, _ = inline.reset(seed=1)
+        env.set_state(state)
+        actions = np.arange(16) % 2
+        assert_batches_equal(env.step_batch(actions, [state] * 16), inline.step_batch(actions, [state] * 16))
+    inline.close()
+
+
+def test_bad_values_are_refused_before_any_worker_starts() -> None:
+    with pytest.raises(TypeError, match=r"pin_workers must be True, False or None, got 'yes'"):
+        pp.make("CartPole-v1", n_workers=2, pin_workers="yes")  # type: ignore[call-overload]
+    with pytest.raises(ValueError, match=r"pin_workers is an option of backend='process'"):
+        pp.make("CartPole-v1", backend="ray", n_workers=2, pin_workers=True)
