@@ -96,6 +96,14 @@ class NumpyInfoEnv(CounterEnv):
         return obs, reward, terminated, truncated, info
 
 
+class PidEnv(CounterEnv):
+    """:class:`CounterEnv` whose infos also say which process ran the step (``"pid"``): which worker ran which item."""
+
+    def step(self, action: Any) -> tuple:
+        obs, reward, terminated, truncated, info = super().step(action)
+        return obs, reward, terminated, truncated, {**info, "pid": os.getpid()}
+
+
 class DictObsEnv(gym.Env):
     """A point on a plane pushed by a Box(2) action, with a Dict observation.
 

@@ -38,7 +38,7 @@ from tests.helpers import assert_batches_equal, assert_fails_as_inline, assert_t
 pytestmark = pytest.mark.usefixtures("no_leaks_module", "no_leaks")
 
 ROOT = Path(__file__).resolve().parents[1]
-ACTS6 = np.array([0, 1, 0, 1, 2, 1])  # the trigger action 2 is item 4: chunk [3, 6) on worker 1
+ACTS6 = np.array([0, 1, 0, 1, 2, 1])  # the trigger action 2 is item 4: chunk [3, 6), on either worker (feed_order)
 ACTS4 = np.array([0, 1, 0, 1])  # no trigger
 TIMEOUT = 1.0
 DEADLINE_SLACK = 1.5  # a hung call fails within TIMEOUT + this (a behavioural deadline, not a speed test)
@@ -148,27 +148,28 @@ class Row:
 
 
 TABLE = [
-    # ---- env code raises: same type in the caller, remote traceback as __cause__, a note naming worker (and item)
+    # ---- env code raises: same type in the caller, remote traceback as __cause__, a note naming worker (and item).
+    # Which worker runs a chunk depends on the core the calling thread runs on (feed_order): rows name either.
     Row("raise", "step", "step_batch", "raises", ValueError, r"injected fault in step",
-        r"raised in worker 1 \(pid (\d+)\) during step_batch, at item 4 of the batch"),
+        r"raised in worker [01] \(pid (\d+)\) during step_batch, at item 4 of the batch"),
     Row("raise", "step", "step", "raises", ValueError, r"injected fault in step",
-        r"raised in worker 0 \(pid (\d+)\) during step_batch, at item 0 of the batch"),
+        r"raised in worker [01] \(pid (\d+)\) during step_batch, at item 0 of the batch"),
     Row("raise", "reset", "reset", "raises", ValueError, r"injected fault in reset",
         r"raised in worker 0 \(pid (\d+)\) during reset$"),
     Row("raise", "set_state", "sync_states", "raises", ValueError, r"injected fault in set_state",
         r"raised in worker [01] \(pid (\d+)\) during set_state$"),
     Row("raise", "set_state", "item-state", "raises", ValueError, r"injected fault in set_state",
-        r"raised in worker 1 \(pid (\d+)\) during step_batch, at item 2 of the batch"),
+        r"raised in worker [01] \(pid (\d+)\) during step_batch, at item 2 of the batch"),
     Row("raise", "get_state", "step_batch", "raises", ValueError, r"injected fault in get_state",
-        r"raised in worker 1 \(pid (\d+)\) during step_batch, at item 4 of the batch"),
+        r"raised in worker [01] \(pid (\d+)\) during step_batch, at item 4 of the batch"),
     Row("raise_unpicklable", "step", "step_batch", "raises", RemoteError,
         r"tests\.envs\.UnpicklableError: FaultyEnv: injected unpicklable fault in step",
-        r"raised in worker 1 \(pid (\d+)\) during step_batch, at item 4 of the batch"),
+        r"raised in worker [01] \(pid (\d+)\) during step_batch, at item 4 of the batch"),
     # ---- a result that cannot travel back (inline has no pickling: this row is process-only)
     Row("unpicklable", "step", "step_batch", "raises", TypeError, r"pickle",
-        r"raised in worker 1 \(pid (\d+)\) during step_batch", tb=r"pickle"),
+        r"raised in worker [01] \(pid (\d+)\) during step_batch", tb=r"pickle"),
     Row("unpicklable", "get_state", "step_batch", "raises", TypeError, r"pickle",
-        r"raised in worker 1 \(pid (\d+)\) during step_batch", tb=r"pickle"),
+        r"raised in worker [01] \(pid (\d+)\) during step_batch", tb=r"pickle"),
     # ---- the worker dies once: replaced, its chunk replayed, results bit-identical
     Row("exit", "step", "step_batch", "replayed"),
     Row("sigkill", "step", "step_batch", "replayed"),
@@ -182,24 +183,24 @@ TABLE = [
     Row("sigkill", "set_state", "sync_states", "replayed"),
     # ---- the worker dies every time: past max_restarts (1), WorkerCrashedError names worker, pid, exit
     Row("sigkill", "step", "step_batch", "crashed", WorkerCrashedError,
-        r"worker 1 \(pid (\d+)\) died with signal SIGKILL.*; 1 restarts used of 1"),
+        r"worker [01] \(pid (\d+)\) died with signal SIGKILL.*; 1 restarts used of 1"),
     Row("exit", "step", "step_batch", "crashed", WorkerCrashedError,
-        r"worker 1 \(pid (\d+)\) died with exit code 3.*; 1 restarts used of 1"),
+        r"worker [01] \(pid (\d+)\) died with exit code 3.*; 1 restarts used of 1"),
     Row("segfault", "step", "step_batch", "crashed", WorkerCrashedError,
-        r"worker 1 \(pid (\d+)\) died with signal SIGSEGV.*; 1 restarts used of 1"),
+        r"worker [01] \(pid (\d+)\) died with signal SIGSEGV.*; 1 restarts used of 1"),
     Row("sigkill", "reset", "reset", "crashed", WorkerCrashedError,
         r"worker 0 \(pid (\d+)\) died with signal SIGKILL.*; 1 restarts used of 1"),
     # ---- the worker hangs: WorkerTimeoutError after `timeout`, the worker replaced, the env usable
     Row("hang", "step", "step_batch", "timeout", WorkerTimeoutError,
-        rf"worker 1 \(pid (\d+)\) did not finish step_batch \(3 items\) within {TIMEOUT} s"),
+        rf"worker [01] \(pid (\d+)\) did not finish step_batch \(3 items\) within {TIMEOUT} s"),
     Row("hang", "reset", "reset", "timeout", WorkerTimeoutError,
         rf"worker 0 \(pid (\d+)\) did not finish reset within {TIMEOUT} s"),
     Row("hang", "get_state", "step_batch", "timeout", WorkerTimeoutError,
-        rf"worker 1 \(pid (\d+)\) did not finish step_batch \(3 items\) within {TIMEOUT} s"),
+        rf"worker [01] \(pid (\d+)\) did not finish step_batch \(3 items\) within {TIMEOUT} s"),
     Row("hang", "set_state", "sync_states", "timeout", WorkerTimeoutError,
         rf"worker [01] \(pid (\d+)\) did not finish set_state within {TIMEOUT} s"),
     Row("hang", "set_state", "item-state", "timeout", WorkerTimeoutError,
-        rf"worker 1 \(pid (\d+)\) did not finish step_batch \([12] items\) within {TIMEOUT} s"),
+        rf"worker [01] \(pid (\d+)\) did not finish step_batch \([12] items\) within {TIMEOUT} s"),
     # ---- set_state is lazy on the process backend: its failure must still reach the caller
     pytest.param(Row("raise", "set_state", "set_state", "raises", ValueError, r"injected fault in set_state",
                      r"raised in worker [01] \(pid (\d+)\) during set_state", once=False)),
@@ -243,6 +244,8 @@ def check_row(row: Row, env: Any, oracle: pp.PlanEnv, tmp_path: Path, run: Calla
         m = re.search(row.note, notes, re.MULTILINE)
         assert m, f"no note matching {row.note!r} in {notes!r}"
         assert int(m.group(1)) in pids
+        named = re.search(r"worker (\d) \(pid (\d+)\)", notes)
+        assert named and pids[int(named.group(1))] == int(named.group(2)), notes  # the named worker has that pid
         assert env.stats["restarts"] == 0 and env.pids == pids  # env errors kill nothing
         assert_usable(env, oracle, s0)
 
@@ -391,7 +394,7 @@ def test_failed_set_state_is_never_silently_ignored(oracle: pp.PlanEnv) -> None:
 def test_crash_message_names_what_was_in_flight(oracle: pp.PlanEnv) -> None:
     with faulty("sigkill", "step", max_restarts=0) as env:
         s0, _ = start(env, oracle)
-        with pytest.raises(WorkerCrashedError, match=r"worker 1 \(pid \d+\) died with signal SIGKILL "
+        with pytest.raises(WorkerCrashedError, match=r"worker [01] \(pid \d+\) died with signal SIGKILL "
                                                      r"during step_batch \(3 items\); 0 restarts used of 0"):
             env.step_batch(ACTS6, states=[s0] * 6)
 
@@ -413,7 +416,7 @@ def test_crash_fails_every_future_in_flight(oracle: pp.PlanEnv) -> None:
 def test_close_with_a_hung_batch_in_flight(oracle: pp.PlanEnv) -> None:
     env = faulty("hang", "step")
     s0, _ = start(env, oracle)
-    fut = env.step_batch_async(ACTS6, states=[s0] * 6)  # worker 1 gets stuck in step (item 4)
+    fut = env.step_batch_async(ACTS6, states=[s0] * 6)  # the worker of chunk [3, 6) gets stuck in step (item 4)
     queued = env.step_batch_async(ACTS4, states=[s0] * 4)  # half of it queued behind the hung chunk
     with pytest.raises(TimeoutError):
         fut.result(timeout=0.3)

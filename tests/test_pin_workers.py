@@ -4,7 +4,8 @@ Rows: by default (None) worker i runs on the i-th core this process may use when
 the workers are no more than those cores, and wherever the OS puts it when they
 are more; True and False force it; a worker that replaces a dead one takes its
 core; results equal inline's either way; a bad value or a Ray backend is refused
-before any worker starts.
+before any worker starts; a batch's first chunk goes to a worker on another core than the calling
+thread's.
 """
 from __future__ import annotations
 
@@ -16,7 +17,8 @@ import numpy as np
 import pytest
 
 import plan_parallel as pp
-from plan_parallel.workers.backends import worker_cores
+from plan_parallel.workers.cores import feed_order, worker_cores
+from tests.envs import PidEnv
 from tests.helpers import assert_batches_equal
 
 pytestmark = [pytest.mark.timeout(120), pytest.mark.usefixtures("no_leaks_module"),
@@ -78,3 +80,25 @@ def test_bad_values_are_refused_before_any_worker_starts() -> None:
         pp.make("CartPole-v1", n_workers=2, pin_workers="yes")  # type: ignore[call-overload]
     with pytest.raises(ValueError, match=r"pin_workers is an option of backend='process'"):
         pp.make("CartPole-v1", backend="ray", n_workers=2, pin_workers=True)
+
+
+@pytest.mark.parametrize(("cores", "here", "want"), [
+    ([0, 1], 0, [1, 0]), ([0, 1], 1, [0, 1]), ([0, 1], None, [0, 1]), ([None, None], 0, [0, 1]),
+    ([0, 1, 0, 1], 0, [1, 3, 0, 2]),
+], ids=["on-0", "on-1", "unknown", "unpinned", "round-robin"])
+def test_the_worker_on_this_threads_core_is_fed_last(cores: list, here: int | None, want: list[int]) -> None:
+    assert feed_order(cores, here) == want
+
+
+@needs_two_cores
+def test_a_batch_starts_on_the_worker_of_the_other_core() -> None:
+    before = os.sched_getaffinity(0)
+    with pp.make(PidEnv, n_workers=2, small_batch_inline=False) as env:
+        state, _, _ = env.reset(seed=0)
+        try:
+            for mine, first in ((0, 1), (1, 0)):
+                os.sched_setaffinity(0, {ALLOWED[mine]})  # this thread on worker `mine`'s core
+                batch = env.step_batch(np.zeros(8, dtype=np.int64), [state] * 8)
+                assert batch.infos[0]["pid"] == env.pids[first]  # the first chunk (one, or one of two)
+        finally:
+            os.sched_setaffinity(0, before)

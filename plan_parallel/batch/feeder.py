@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from plan_parallel.batch.future import BatchFuture
@@ -20,6 +20,7 @@ from plan_parallel.wire.gather import RolloutGather, StepGather
 from plan_parallel.wire.leases import LeasePool, row_layout
 from plan_parallel.wire.messages import Call, ChunkReply, Op
 from plan_parallel.wire.slabs import SlabPool, read_columns
+from plan_parallel.workers.cores import current_core, feed_order
 
 __all__ = ["QUEUED_PER_WORKER", "Feeder"]
 
@@ -92,9 +93,18 @@ class Feeder:
         return None
 
     def fill(self, slots: list[Slot], next_id: Callable[[], int]) -> None:
-        """Queue unsent chunks, oldest batch first, round-robin, up to QUEUED_PER_WORKER per live worker."""
+        """Queue unsent chunks, oldest batch first, round-robin, up to QUEUED_PER_WORKER per live worker.
+
+        Round-robin from the worker :func:`~plan_parallel.workers.cores.feed_order` puts first, unless
+        a batch's items have keys (a vector env's): those go to the workers in index order, step after
+        step, for each worker keeps envs at its items' states (:mod:`plan_parallel.workers.kept_envs`).
+        """
+        order: Sequence[int] = range(len(slots))
+        if not any(f.job is not None and f.job.keys is not None for f in self.waiting):
+            order = feed_order([s.worker.core for s in slots], current_core())
         for _ in range(QUEUED_PER_WORKER):
-            for i, slot in enumerate(slots):
+            for i in order:
+                slot = slots[i]
                 if slot.state in (SlotState.READY, SlotState.STARTING) and len(slot.queue) < QUEUED_PER_WORKER:
                     fut = self.next_batch(i, slot)
                     if fut is not None:

@@ -6,14 +6,14 @@ the Worker Protocol alone.
 """
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from plan_parallel.workers.base import Worker
+from plan_parallel.workers.cores import worker_cores
 
-__all__ = ["Backend", "per_worker_options", "select_backend", "worker_cores"]
+__all__ = ["Backend", "per_worker_options", "select_backend"]
 
 
 @dataclass(frozen=True)
@@ -45,32 +45,11 @@ def per_worker_options(options: Any, n: int) -> list[dict]:
                     f"got {type(options).__name__}")
 
 
-def worker_cores(n: int, pin: bool | None) -> list[int | None]:
-    """The core each of ``n`` process workers is pinned to (None: not pinned), from ``pin_workers``.
-
-    Pinned, worker i runs on the i-th core this process may use (round robin). ``pin=None`` pins when
-    the OS can and the workers are no more than those cores: each then has a core of its own. A pipe
-    write wakes its reader on the writer's core, so a batch's chunks, sent one after the other, could
-    wake both workers on the caller's core, one waiting until the kernel moved it. 2-core VM, W=2,
-    every batch on the workers, the workers' affinity toggled between alternating samples (x inline,
-    free -> pinned; rounds of 2-3 runs): CartPole B=512 1.03 -> 1.10, 1.06 -> 1.11, 0.98 -> 1.04 (and
-    once 0.95 -> 0.89); HalfCheetah B=64 1.20 -> 1.26, 1.17 -> 1.25, 1.06 -> 1.11, 1.05 -> 1.25; Pong
-    B=64 1.40 -> 1.47, 1.43 -> 1.53, 1.27 -> 1.41; HalfCheetah B=512 1.41 -> 1.49; CartPole B=8 (a
-    round trip: no core to gain) 0.25 -> 0.24, 0.26 -> 0.26.
-    """
-    allowed = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
-    if pin is None:
-        pin = 0 < n <= len(allowed)
-    if not pin or not allowed:
-        return [None] * n
-    return [allowed[i % len(allowed)] for i in range(n)]
-
-
 def select_backend(name: str, blob: bytes, n: int, context: str, address: str | None,
                    worker_options: dict | Sequence[dict] | None, pin_workers: bool | None = None) -> Backend:
     """The backend ``name`` for ``n`` workers hosting the env of ``blob`` (cloudpickled factory and adapter).
 
-    For ``"ray"`` this connects to (or starts) Ray first. ``pin_workers``: see :func:`worker_cores`.
+    For ``"ray"`` this connects to (or starts) Ray first. ``pin_workers``: see :func:`~plan_parallel.workers.cores.worker_cores`.
 
     Raises:
         ValueError: an unknown backend, or Ray's options given to another backend, or ``pin_workers``

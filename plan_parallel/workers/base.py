@@ -34,6 +34,9 @@ class Worker(Protocol):
     #: the tuner's default, for workers whose chunk costs the calling process under a millisecond).
     chunk_seconds: float | None
 
+    #: The core the worker is kept on (None: wherever its OS or cluster puts it).
+    core: int | None
+
     #: What to do when the worker dies before building its env ("" when there is nothing to say).
     bootstrap_hint: str
 

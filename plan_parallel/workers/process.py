@@ -32,6 +32,7 @@ from typing import Any
 
 from plan_parallel.wire.messages import Call, Op, Reply, call_from_wire, call_wire, reply_from_wire, reply_wire
 from plan_parallel.wire.slabs import PROTOCOL
+from plan_parallel.workers.cores import run_on
 from plan_parallel.workers.server import ready_reply, serve
 
 __all__ = ["PIPE_SAFE_BYTES", "ExternalProcess", "default_context", "describe_exit"]
@@ -369,14 +370,6 @@ def _parent_alive(parent_pid: int, first_ppid: int) -> bool:
     return True
 
 
-def _run_on(core: int | None) -> None:
-    """Keep this process on ``core`` (see :func:`~plan_parallel.workers.backends.worker_cores`); None, or an OS
-    that refuses: where the OS puts it."""
-    if core is not None and hasattr(os, "sched_setaffinity"):
-        with contextlib.suppress(OSError):
-            os.sched_setaffinity(0, {core})
-
-
 def worker_main(conn: Connection, blob: bytes, parent_pid: int, tie: bool, core: int | None = None) -> None:
     """Entry point of a worker process."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
@@ -385,7 +378,7 @@ def worker_main(conn: Connection, blob: bytes, parent_pid: int, tie: bool, core:
     if tie:
         _tie_to_parent()
     _yield_to_the_caller_on_wakeup()
-    _run_on(core)
+    run_on(core)
     if not _parent_alive(parent_pid, first_ppid):
         return  # the parent died before the tie was made
     server, ready = ready_reply(blob)

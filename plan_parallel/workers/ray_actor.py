@@ -135,6 +135,7 @@ class RayWorker:
     """
 
     uses_shared_memory = False
+    core: int | None = None  # Ray places its actors
     bootstrap_hint = ""
     max_queued_bytes: int | None = None
     # A chunk costs the driver 2.2-3.2 ms of CPU here, besides the actor's and Ray's daemons' (a process
