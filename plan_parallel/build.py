@@ -75,7 +75,7 @@ def make(
             worker, e.g. ``[{"resources": {"head": 0.01}}, {"resources": {"node2": 0.01}}]``
             to place each worker on a given node.
         pin_workers: (process) keep worker i on the i-th core this process may use. None
-            (default): pinned when the workers are no more than those cores (Linux).
+            (default): pinned when the workers are as many as those cores (Linux).
         **env_kwargs: passed to ``gymnasium.make`` (or to the callable).
 
     Raises:

@@ -1,8 +1,8 @@
 """Process workers on cores of their own: ``pin_workers``.
 
 Rows: by default (None) worker i runs on the i-th core this process may use when
-the workers are no more than those cores, and wherever the OS puts it when they
-are more; True and False force it; a worker that replaces a dead one takes its
+the workers are as many as those cores, and wherever the OS puts it when they
+are more or fewer; True and False force it; a worker that replaces a dead one takes its
 core; results equal inline's either way; a bad value or a Ray backend is refused
 before any worker starts; a batch's first chunk goes to a worker on another core than the calling
 thread's.
@@ -38,9 +38,13 @@ def test_by_default_each_worker_has_a_core_of_its_own() -> None:
         assert _cores(env) == [[ALLOWED[0]], [ALLOWED[1]]]
 
 
-def test_more_workers_than_cores_are_left_to_the_os() -> None:
-    with pp.make("CartPole-v1", n_workers=len(ALLOWED) + 1) as env:
-        assert _cores(env) == [ALLOWED] * (len(ALLOWED) + 1)
+@pytest.mark.parametrize("extra", [1, -1], ids=["more", "fewer"])
+def test_more_or_fewer_workers_than_cores_are_left_to_the_os(extra: int) -> None:
+    n = len(ALLOWED) + extra
+    if n < 1:
+        pytest.skip("one usable core: no fewer workers than cores")
+    with pp.make("CartPole-v1", n_workers=n) as env:
+        assert _cores(env) == [ALLOWED] * n
 
 
 @pytest.mark.parametrize(("pin", "n"), [(False, 2), (True, len(ALLOWED) + 1)], ids=["off", "forced-round-robin"])

@@ -18,7 +18,9 @@ def worker_cores(n: int, pin: bool | None) -> list[int | None]:
     """The core each of ``n`` process workers is pinned to (None: not pinned), from ``pin_workers``.
 
     Pinned, worker i runs on the i-th core this process may use (round robin). ``pin=None`` pins when
-    the OS can and the workers are no more than those cores: each then has a core of its own. A pipe
+    the OS can and the workers are as many as those cores: each then has a core of its own, and no
+    idle core is kept from them (fewer workers on a machine shared with other work could be held on
+    busy cores while others idle). A pipe
     write wakes its reader on the writer's core, so a batch's chunks, sent one after the other, could
     wake both workers on the caller's core, one waiting until the kernel moved it. 2-core VM, W=2,
     every batch on the workers, the workers' affinity toggled between alternating samples (x inline,
@@ -29,7 +31,7 @@ def worker_cores(n: int, pin: bool | None) -> list[int | None]:
     """
     allowed = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
     if pin is None:
-        pin = 0 < n <= len(allowed)
+        pin = n == len(allowed)
     if not pin or not allowed:
         return [None] * n
     return [allowed[i % len(allowed)] for i in range(n)]
