@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, Any, Literal, overload
 
 from plan_parallel.env import PlanEnv
 from plan_parallel.factory import EnvFactory
+from plan_parallel.workers.cores import check_pin_workers
 
 if TYPE_CHECKING:
     from plan_parallel.batch import BatchEnv
@@ -80,6 +81,7 @@ def make(
 
     Raises:
         ValueError: unknown backend or bad worker options.
+        TypeError: pin_workers not True, False or None.
         StateError: no adapter can capture the env's state exactly.
     """
     if backend not in BACKENDS:
@@ -90,6 +92,7 @@ def make(
         raise ValueError(f"timeout must be a number of seconds > 0 or None, got {timeout!r}")
     if not isinstance(max_restarts, int) or isinstance(max_restarts, bool) or max_restarts < 0:
         raise ValueError(f"max_restarts must be an integer >= 0, got {max_restarts!r}")
+    check_pin_workers(pin_workers)  # on every backend, as the options above
     factory = EnvFactory(env, env_kwargs)
     if backend == "inline":
         return PlanEnv(factory, adapter=adapter)

@@ -111,7 +111,7 @@ class VectorCore(VectorAttrs, VectorEnv):  # type: ignore[misc]  # np_random(_se
                 the same result); False: a death raises :class:`~plan_parallel.WorkerCrashedError`.
             copy: return a fresh observation array every call (as SyncVectorEnv's ``copy``).
             timeout, context, adapter, small_batch_inline, address, worker_options, pin_workers:
-                options of :func:`plan_parallel.make`.
+                options of :func:`plan_parallel.make`; ``pin_workers`` is False by default here (see below).
             max_restarts: dead workers replaced over the env's life (default 3 with
                 ``recover``; 0 or None without).
             **env_kwargs: passed to ``gymnasium.make`` (or to the callable).
@@ -137,6 +137,8 @@ class VectorCore(VectorAttrs, VectorEnv):  # type: ignore[misc]  # np_random(_se
         except ValueError:
             raise ValueError(f"autoreset_mode must be one of {[m.value for m in AutoresetMode]}, "
                              f"got {autoreset_mode!r}") from None
+        if pin_workers is None and backend == "process":
+            pin_workers = False  # steps shared with this process ran slower pinned (README: Worker processes)
         options = check_plan_options(recover, max_restarts, backend=backend, n_workers=n_workers, timeout=timeout,
                                      context=context, adapter=adapter, address=address, worker_options=worker_options,
                                      small_batch_inline=small_batch_inline, pin_workers=pin_workers)

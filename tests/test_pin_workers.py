@@ -5,7 +5,7 @@ the workers are as many as those cores, and wherever the OS puts it when they
 are more or fewer; True and False force it; a worker that replaces a dead one takes its
 core; results equal inline's either way; a bad value or a Ray backend is refused
 before any worker starts; a batch's first chunk goes to a worker on another core than the calling
-thread's.
+thread's; a vector env's workers are pinned only when asked.
 """
 from __future__ import annotations
 
@@ -36,6 +36,16 @@ def _cores(env: pp.BatchEnv) -> list[list[int]]:
 def test_by_default_each_worker_has_a_core_of_its_own() -> None:
     with pp.make("CartPole-v1", n_workers=2) as env:
         assert _cores(env) == [[ALLOWED[0]], [ALLOWED[1]]]
+
+
+@needs_two_cores
+@pytest.mark.parametrize(("pin", "pinned"), [(None, False), (True, True)], ids=["default", "asked"])
+def test_a_vector_envs_workers_are_pinned_only_when_asked(pin: bool | None, pinned: bool) -> None:
+    venv = pp.make_vec("CartPole-v1", 2, n_workers=2, pin_workers=pin)
+    try:
+        assert _cores(venv.plan_env) == ([[ALLOWED[0]], [ALLOWED[1]]] if pinned else [ALLOWED] * 2)
+    finally:
+        venv.close()
 
 
 @pytest.mark.parametrize("extra", [1, -1], ids=["more", "fewer"])
@@ -79,9 +89,13 @@ def test_results_equal_inline_either_way(pin: bool) -> None:
     inline.close()
 
 
-def test_bad_values_are_refused_before_any_worker_starts() -> None:
+@pytest.mark.parametrize("backend", ["process", "inline", "ray"])
+def test_bad_values_are_refused_before_any_worker_starts(backend: str) -> None:
     with pytest.raises(TypeError, match=r"pin_workers must be True, False or None, got 'yes'"):
-        pp.make("CartPole-v1", n_workers=2, pin_workers="yes")  # type: ignore[call-overload]
+        pp.make("CartPole-v1", backend=backend, n_workers=2, pin_workers="yes")  # type: ignore[call-overload]
+
+
+def test_ray_places_its_own_actors() -> None:
     with pytest.raises(ValueError, match=r"pin_workers is an option of backend='process'"):
         pp.make("CartPole-v1", backend="ray", n_workers=2, pin_workers=True)
 

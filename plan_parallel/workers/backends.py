@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from plan_parallel.workers.base import Worker
-from plan_parallel.workers.cores import worker_cores
+from plan_parallel.workers.cores import check_pin_workers, worker_cores
 
 __all__ = ["Backend", "per_worker_options", "select_backend"]
 
@@ -58,8 +58,7 @@ def select_backend(name: str, blob: bytes, n: int, context: str, address: str | 
     """
     if name not in ("process", "ray"):
         raise ValueError(f"BatchEnv runs the 'process' or 'ray' backend, got {name!r}")
-    if pin_workers is not None and not isinstance(pin_workers, bool):
-        raise TypeError(f"pin_workers must be True, False or None, got {pin_workers!r}")
+    check_pin_workers(pin_workers)
     if name != "ray" and (address is not None or worker_options):
         raise ValueError("address and worker_options are options of backend='ray'")
     if name == "ray" and pin_workers is not None:
