@@ -29,16 +29,15 @@ def worker_cores(n: int, pin: bool | None) -> list[int | None]:
     """The core each of ``n`` process workers is pinned to (None: not pinned), from ``pin_workers``.
 
     Pinned, worker i runs on the i-th core this process may use (round robin). ``pin=None`` pins when
-    the OS can and the workers are as many as those cores: each then has a core of its own, and no
-    idle core is kept from them (fewer workers on a machine shared with other work could be held on
-    busy cores while others idle). A pipe
-    write wakes its reader on the writer's core, so a batch's chunks, sent one after the other, could
-    wake both workers on the caller's core, one waiting until the kernel moved it. 2-core VM, W=2,
-    every batch on the workers, the workers' affinity toggled between alternating samples (x inline,
-    free -> pinned; rounds of 2-3 runs): CartPole B=512 1.03 -> 1.10, 1.06 -> 1.11, 0.98 -> 1.04 (and
-    once 0.95 -> 0.89); HalfCheetah B=64 1.20 -> 1.26, 1.17 -> 1.25, 1.06 -> 1.11, 1.05 -> 1.25; Pong
-    B=64 1.40 -> 1.47, 1.43 -> 1.53, 1.27 -> 1.41; HalfCheetah B=512 1.41 -> 1.49; CartPole B=8 (a
-    round trip: no core to gain) 0.25 -> 0.24, 0.26 -> 0.26.
+    the OS can and the workers are as many as those cores: each then has a core of its own, and no idle
+    core is kept from them (fewer workers on a machine shared with other work could be held on busy
+    cores while others idle). A pipe write wakes its reader on the writer's core, so a batch's chunks,
+    sent one after the other, could wake both workers on the caller's core, one waiting there until the
+    kernel moved it. 2-core VM, W=2, every batch on the workers, the workers' affinity toggled between
+    alternating samples (x inline, free -> pinned): CartPole B=512 1.03 -> 1.10, 1.06 -> 1.11, 0.98 ->
+    1.04 (once 0.95 -> 0.89); HalfCheetah B=64 1.20 -> 1.26, 1.17 -> 1.25, 1.06 -> 1.11, 1.05 -> 1.25;
+    Pong B=64 1.40 -> 1.47, 1.43 -> 1.53, 1.27 -> 1.41; HalfCheetah B=512 1.41 -> 1.49; CartPole B=8
+    (a round trip: no core to gain) 0.25 -> 0.24, 0.26 -> 0.26.
     """
     allowed = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
     if pin is None:
@@ -56,9 +55,11 @@ def run_on(core: int | None) -> None:
 
 
 def _getcpu() -> Any:
+    """glibc's (or musl's) ``sched_getcpu``, or None where the C library has none (macOS) or cannot be
+    opened this way (Windows)."""
     try:
         fn = ctypes.CDLL(None, use_errno=True).sched_getcpu
-    except (OSError, AttributeError):
+    except (OSError, AttributeError, TypeError):
         return None
     fn.restype = ctypes.c_int
     fn.argtypes = []
