@@ -99,6 +99,8 @@ class Feeder:
         a batch's items have keys (a vector env's): those go to the workers in index order, step after
         step, for each worker keeps envs at its items' states (:mod:`plan_parallel.workers.kept_envs`).
         """
+        if not self.waiting:  # (the pool fills at every pump: most find nothing to send)
+            return
         order: Sequence[int] = range(len(slots))
         if not any(f.job is not None and f.job.keys is not None for f in self.waiting):
             order = feed_order([s.worker.core for s in slots], current_core())

@@ -73,4 +73,4 @@ def select_backend(name: str, blob: bytes, n: int, context: str, address: str | 
     from plan_parallel.workers.process import ExternalProcess
 
     cores = worker_cores(n, pin_workers)
-    return Backend(ExternalProcess, lambda i: ExternalProcess(i, blob, context, cores[i % n]), f"context={context!r}")
+    return Backend(ExternalProcess, lambda i: ExternalProcess(i, blob, context, cores[i]), f"context={context!r}")
