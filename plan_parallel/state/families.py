@@ -24,6 +24,7 @@ import numpy as np
 
 from plan_parallel.state.ale_sticky import sticky_quiet_step, take_over_stickiness
 from plan_parallel.state.core import Adapter, register_adapter
+from plan_parallel.state.mujoco_copy import state_copiers
 from plan_parallel.state.sim_blobs import register_sim_blobs
 from plan_parallel.state.wrappers import direct_step
 
@@ -332,22 +333,13 @@ class MujocoAdapter(Adapter):
         self._mj = mujoco
         self._m = self.u.model
         self._spec = int(mujoco.mjtState.mjSTATE_INTEGRATION)
-        self._n = int(mujoco.mj_stateSize(self._m, self._spec))
-        self._nx = self.u.data.xpos.size
-        self._size = self._n + 2 * self._nx
-        self._head = np.empty(self._n)  # mj_getState writes here; a capture concatenates it with xpos, xipos
-        self._data: Any = None  # the MjData the views below look into
-        self._xpos = self._xipos = self._head
-        self._views()
+        self._size = int(mujoco.mj_stateSize(self._m, self._spec)) + 2 * self.u.data.xpos.size
+        self._copiers()
 
-    def _views(self) -> Any:
-        """The env's MjData, with ``xpos`` and ``xipos`` as flat views of its memory (made again
-        when the env holds another MjData: reading them off it makes new arrays each time)."""
-        d = self.u.data
-        if d is not self._data:
-            self._xpos, self._xipos = d.xpos.ravel(), d.xipos.ravel()  # views: C-contiguous arrays
-            self._data = d
-        return d
+    def _copiers(self) -> None:
+        """The state copiers of the env's MjData (made again when the env holds another: they work on its memory)."""
+        self._data = self.u.data
+        self._get, self._put = state_copiers(self._mj, self._m, self._data, self._spec)
 
     @classmethod
     def accepts(cls, unwrapped: Any) -> bool:
@@ -359,16 +351,14 @@ class MujocoAdapter(Adapter):
         )
 
     def get_sim(self) -> tuple[Any, Any]:
-        d = self._views()
-        self._mj.mj_getState(self._m, d, self._head, self._spec)
-        return np.concatenate((self._head, self._xpos, self._xipos)), None
+        if self.u.data is not self._data:
+            self._copiers()
+        return self._get(), None
 
     def set_sim(self, sim: Any, extra: Any) -> None:
-        d = self._views()
-        n, nx = self._n, self._nx
-        self._mj.mj_setState(self._m, d, sim[:n], self._spec)
-        self._xpos[:] = sim[n : n + nx]
-        self._xipos[:] = sim[n + nx :]
+        if self.u.data is not self._data:
+            self._copiers()
+        self._put(sim)
 
     def check_sim(self, sim: Any) -> str | None:
         if not isinstance(sim, np.ndarray) or sim.dtype != np.float64 or sim.shape != (self._size,):
