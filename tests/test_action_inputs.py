@@ -1,4 +1,4 @@
-"""Box actions are checked as Python floats in small batches and with numpy in large ones: both answer alike."""
+"""Actions are checked as Python values in small batches and with numpy in large ones: both answer alike."""
 from __future__ import annotations
 
 import numpy as np
@@ -74,3 +74,18 @@ def test_integer_actions_are_cast_to_the_space_dtype() -> None:
     assert out.dtype == np.float32 and out.tolist() == [[1.0, 0.0, -1.0]]
     with pytest.raises(ValueError, match="is outside"):
         check_actions(BOXES["bounded"], np.array([[3, 0, 0]]), 1)
+
+
+@pytest.mark.parametrize("bad", [-1, 5])
+def test_discrete_actions_are_checked_alike_as_a_list_and_with_numpy(bad: int) -> None:
+    """Discrete actions are a Python list's min and max up to 65,536 values, numpy's comparisons above."""
+    space = spaces.Discrete(5)
+    messages = []
+    for n in (8, 70_000):
+        acts = np.arange(n) % 5
+        assert check_actions(space, acts, n).tolist() == acts.tolist()
+        acts[3] = bad
+        with pytest.raises(ValueError, match=r"action 3 is outside Discrete\(5\)") as err:
+            check_actions(space, acts, n)
+        messages.append(str(err.value))
+    assert messages[0] == messages[1]
