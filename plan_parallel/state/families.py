@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from plan_parallel.state.ale_sticky import sticky_quiet_step, take_over_stickiness
-from plan_parallel.state.core import Adapter, register_adapter
+from plan_parallel.state.core import Adapter, State, register_adapter
 from plan_parallel.state.mujoco_copy import state_copiers
 from plan_parallel.state.sim_blobs import register_sim_blobs
 from plan_parallel.state.wrappers import direct_step
@@ -133,6 +133,42 @@ class ClassicControlAdapter(Adapter):
     def set_sim(self, sim: Any, extra: Any) -> None:
         self.u.state = sim
         self._set_extra(extra)
+
+    def compile(self) -> None:
+        """The base class's compiled capture and restore, with the state array read and set here (no
+        ``get_sim`` / ``set_sim`` call, no tuple between): CartPole B=512 inline against the raw loop, paired
+        in one process, 0.795 -> 0.816. Anything but the common case (an RNG not known, a state that is no
+        array yet) takes the base class's; a subclass that reads or sets the state its own way keeps its own."""
+        super().compile()
+        cls = type(self)
+        if self._draws or any(getattr(cls, m) is not getattr(ClassicControlAdapter, m)
+                              for m in ("get_sim", "set_sim", "capture", "restore")):
+            return
+        u, kind, checker, captured, wrappers = self.u, self.kind, self.checker, State.captured, self.wrappers
+        get_extra, set_extra, wget = self._get_extra, self._set_extra, wrappers.get
+        compiled_capture, compiled_restore = self.capture, self.restore
+
+        def capture(prev: State | None = None, obs: Any = None) -> State:
+            rng, sim = self._rng_known, u.state
+            if rng is None or type(sim) is not np.ndarray:
+                return compiled_capture(prev, obs)
+            return captured(kind, sim, get_extra(), rng, wget(), obs, checker)
+
+        def restore(state: State) -> None:
+            rng = state.rng
+            if rng is not None and rng is not self._rng_known:
+                compiled_restore(state)
+                return
+            u.state = state.sim
+            set_extra(state.extra)
+            self._rng_known = rng
+            try:
+                wrappers.set(state.wrappers)
+            except Exception as exc:
+                raise self._wrappers_misfit(state, exc) from exc
+
+        self.capture = capture  # type: ignore[method-assign]
+        self.restore = restore  # type: ignore[method-assign]
 
     def check_extra(self, extra: Any) -> str | None:
         names = self.EXTRA[type(self.u).__name__]
