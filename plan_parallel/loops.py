@@ -108,6 +108,8 @@ def run_items(
     ``rows``: N rows of the adapter's :meth:`~Adapter.observation_rows`, into which each item's
     observation is made (its state's ``obs`` is its row).
     """
+    if seeds is None and rows is None and type(dt) is int and dt == 1:
+        return _run_plain(adapter, step, states, actions, held)
     restore, capture = adapter.restore, adapter.capture
     n = len(states)
     out_states, out_obs, rewards, terms, truncs, infos = _item_lists(n)
@@ -121,7 +123,7 @@ def run_items(
             k = dt if isinstance(dt, int) else int(dt[i])
             if rows is not None:
                 obs, rewards[i], term, trunc, info, taken = act_into(adapter, actions[i], k, rows[i])
-            elif k == 1:  # the common case, without _act's call and loop (this is the hot path)
+            elif k == 1:  # without _act's call and loop
                 obs, r, term, trunc, info = step(actions[i])
                 rewards[i] = float(r)
                 taken = 1
@@ -135,6 +137,34 @@ def run_items(
             out_states[i] = held = capture(None, obs)  # the env moved on: the old held state is not held now
     except Exception as e:
         # Which item failed, for the note the caller adds (worker and item).
+        e._pp_item = i  # type: ignore[attr-defined]
+        raise
+    return out_states, out_obs, rewards, terms, truncs, infos
+
+
+def _run_plain(adapter: Adapter, step: Callable[[Any], tuple], states: Sequence[State], actions: Any,
+               held: State | None) -> tuple[list, list, list, list, list, list]:
+    """:func:`run_items` with dt 1, no seeds and no rows: the common case, in a loop without their branches
+    (and a flag that is False left as the list has it). CartPole B=512 inline against the raw loop, paired in
+    one process: 0.809 -> 0.833 (1.6 points of it the branches); HalfCheetah B=64 0.942 -> 0.952."""
+    restore, capture = adapter.restore, adapter.capture
+    n = len(states)
+    out_states, out_obs, rewards, terms, truncs, infos = _item_lists(n)
+    i = 0
+    try:
+        for i in range(n):
+            start = states[i]
+            if start is not held:
+                restore(start)
+            out_obs[i], r, term, trunc, info = step(actions[i])
+            rewards[i] = float(r)
+            if term is not False:
+                terms[i] = term is True or bool(term)
+            if trunc is not False:
+                truncs[i] = trunc is True or bool(trunc)
+            infos[i] = {**info, "n_steps": 1} if info else {"n_steps": 1}  # a copy: the env may reuse its dict
+            out_states[i] = held = capture(None, out_obs[i])
+    except Exception as e:
         e._pp_item = i  # type: ignore[attr-defined]
         raise
     return out_states, out_obs, rewards, terms, truncs, infos
