@@ -221,6 +221,17 @@ def test_shared_pong_rgb_steps_make_their_rows_on_resident_and_kept_envs() -> No
 
 
 @pytest.mark.timeout(60)
+def test_sticky_pong_rgb_stepped_here_makes_its_screens_in_the_rows() -> None:
+    """Inline, every sub-env steps here (PlanVectorEnv._step_rows) with its RGB screen made in its row of the
+    step's observations: every step equals SyncVectorEnv's (envs bound as plan_parallel binds them)."""
+    rgb = {"max_episode_steps": 10}
+    ref = oracle("ALE/Pong-v5", 3, AutoresetMode.NEXT_STEP, bound=True, **rgb)
+    with make("ALE/Pong-v5", 3, AutoresetMode.NEXT_STEP, "inline", 1, **rgb) as vec:
+        drive(vec, ref, 16)
+    ref.close()
+
+
+@pytest.mark.timeout(60)
 @INLINE_AND_W2
 def test_any_space_tuple_obs_dict_actions(backend: str, w: int) -> None:
     ref = oracle(SpacesEnv, 3, AutoresetMode.SAME_STEP)
