@@ -28,7 +28,7 @@ from plan_parallel.wire.messages import (
     reply_from_wire,
     reply_wire,
 )
-from plan_parallel.wire.slabs import ArrayWriter, Slab, SlabPool, read_columns
+from plan_parallel.wire.slabs import ArrayWriter, Slab, SlabPool, read_columns, rows_fit
 from plan_parallel.workers.server import Server, answer
 from tests.envs import NumpyInfoEnv
 from tests.helpers import assert_tree_equal
@@ -401,3 +401,20 @@ def test_a_policy_rollout_chunk_has_room_for_its_start_observations() -> None:
                     assert "in_obs" not in req.layout, "uniform random actions read no observation"
             finally:
                 slab.close()
+
+
+class _Row(np.ndarray):
+    """An ndarray subclass: its rows fit as plain arrays do."""
+
+
+@pytest.mark.parametrize("rows, fit", [
+    ([], True),
+    ([np.zeros(3), np.ones(3)], True),
+    ([np.zeros(3), np.zeros(3).view(_Row)], True),
+    ([np.zeros(3), np.zeros(3, dtype=np.float32)], False),
+    ([np.zeros(3), np.zeros(4)], False),
+    ([np.zeros(3), np.zeros((1, 3))], False),
+    ([np.zeros(3), [0.0, 0.0, 0.0]], False),
+], ids=["none", "alike", "subclass", "another dtype", "another length", "another shape", "a list"])
+def test_rows_fit_only_arrays_of_one_dtype_and_shape(rows: list, fit: bool) -> None:
+    assert rows_fit(rows, np.dtype(np.float64), (3,)) is fit
