@@ -101,7 +101,7 @@ def gather_map(mujoco: Any, m: Any, d: Any, spec: int) -> tuple[np.ndarray, np.n
     starts = [a.__array_interface__["data"][0] for a in arrays]
     lo = min(starts)
     hi = max(s + a.nbytes for s, a in zip(starts, arrays))
-    if hi - lo > d.nbuffer or any((s - lo) % 8 for s in starts):
+    if hi - lo > getattr(d, "nbuffer", 0) or any((s - lo) % 8 for s in starts):
         return None  # not one block of the buffer
     block = np.ctypeslib.as_array((ctypes.c_double * ((hi - lo) // 8)).from_address(lo))
     index = np.concatenate([[0]] + [np.arange(a.size) + (s - lo) // 8 for s, a in zip(starts, arrays)]).astype(np.intp)
