@@ -199,15 +199,9 @@ class PlanVectorEnv(PartialGather, VectorCore):  # type: ignore[misc]  # np_rand
         rewards, terms, truncs = np.zeros(n, dtype=np.float64), np.zeros(n, dtype=np.bool_), np.zeros(n, dtype=np.bool_)
         infos_of: list[Any] = [None] * n
         reset: dict[int, tuple] = {}
-        envs = residents.of(range(n))
-        # ALE's screens are made in their rows, not made apart and copied there (a 100 KB copy less a Pong sub-env).
-        in_rows = bool(envs) and envs[0].observation_form() == (obs.dtype, obs.shape[1:])
-        for i, env in enumerate(envs):
+        for i, env in enumerate(residents.of(range(n))):
             if resets is not None and resets[i]:
                 reset[i] = self._reset_one(i, states[i], None, None)
-            elif in_rows:
-                states[i], _, rewards[i], terms[i], truncs[i], infos_of[i] = env.step_from(
-                    states[i], actions[i], obs[i])  # type: ignore[arg-type]  # _checked_step: every sub-env started
             else:
                 states[i], obs[i], rewards[i], terms[i], truncs[i], infos_of[i] = env.step_from(
                     states[i], actions[i])  # type: ignore[arg-type]  # _checked_step: every sub-env started

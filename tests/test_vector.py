@@ -233,6 +233,25 @@ def test_sticky_pong_rgb_stepped_here_makes_its_screens_in_the_rows() -> None:
 
 @pytest.mark.timeout(60)
 @INLINE_AND_W2
+@pytest.mark.parametrize("copy", [True, False], ids=["copy", "no-copy"])
+def test_observations_returned_to_the_caller_are_not_the_states_own(backend: str, w: int, copy: bool) -> None:
+    """The sub-envs' states keep their observations (on the workers, rows of the step's lent slab): the caller
+    writing into the observations it got back (or, without copy, the vector env's own buffer) leaves the
+    states as they were. (A version that made the screens in the returned rows here failed this.)"""
+    with make("ALE/Pong-v5", 2, AutoresetMode.NEXT_STEP, backend, w, max_episode_steps=10, copy=copy) as vec:
+        vec.reset(seed=SEED)
+        for _ in range(3):
+            obs = vec.step(np.array([2, 3]))[0]
+        kept = [s.obs.copy() for s in vec.get_states()]
+        if obs.flags.writeable:
+            obs[...] = 0
+        for state, before in zip(vec.get_states(), kept):
+            np.testing.assert_array_equal(state.obs, before)
+        assert kept[0].any()
+
+
+@pytest.mark.timeout(60)
+@INLINE_AND_W2
 def test_any_space_tuple_obs_dict_actions(backend: str, w: int) -> None:
     ref = oracle(SpacesEnv, 3, AutoresetMode.SAME_STEP)
     with make(SpacesEnv, 3, AutoresetMode.SAME_STEP, backend, w) as vec:
