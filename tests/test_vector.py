@@ -232,13 +232,15 @@ def test_sticky_pong_rgb_stepped_here_makes_its_screens_in_the_rows() -> None:
 
 
 @pytest.mark.timeout(60)
-@INLINE_AND_W2
+@pytest.mark.parametrize("backend, w, kw", [("inline", 1, {}), ("process", 2, {}), ("process", 2, {"small_batch_inline": True})],
+                         ids=["inline", "process-W2", "process-W2-default"])
 @pytest.mark.parametrize("copy", [True, False], ids=["copy", "no-copy"])
-def test_observations_returned_to_the_caller_are_not_the_states_own(backend: str, w: int, copy: bool) -> None:
+def test_observations_returned_to_the_caller_are_not_the_states_own(backend: str, w: int, kw: dict, copy: bool) -> None:
     """The sub-envs' states keep their observations (on the workers, rows of the step's lent slab): the caller
     writing into the observations it got back (or, without copy, the vector env's own buffer) leaves the
-    states as they were. (A version that made the screens in the returned rows here failed this.)"""
-    with make("ALE/Pong-v5", 2, AutoresetMode.NEXT_STEP, backend, w, max_episode_steps=10, copy=copy) as vec:
+    states as they were, after steps on the workers, here and (default options: the tuner tries each place
+    in turn, the shared one third) shared. (A version that made the screens in the returned rows here failed this.)"""
+    with make("ALE/Pong-v5", 2, AutoresetMode.NEXT_STEP, backend, w, max_episode_steps=10, copy=copy, **kw) as vec:
         vec.reset(seed=SEED)
         for _ in range(3):
             obs = vec.step(np.array([2, 3]))[0]
@@ -248,6 +250,8 @@ def test_observations_returned_to_the_caller_are_not_the_states_own(backend: str
         for state, before in zip(vec.get_states(), kept):
             np.testing.assert_array_equal(state.obs, before)
         assert kept[0].any()
+        if kw:
+            assert vec.stats["shared_batches"] >= 1 and vec.stats["inline_batches"] >= 1
 
 
 @pytest.mark.timeout(60)
