@@ -14,15 +14,14 @@ from typing import Any
 __all__ = ["check_pin_workers", "current_core", "feed_order", "run_on", "worker_cores"]
 
 
-def check_pin_workers(pin: Any) -> bool | None:
-    """``pin_workers`` as given, when it is True, False or None.
+def check_pin_workers(pin: Any) -> None:
+    """Refuse a ``pin_workers`` that is not True, False or None.
 
     Raises:
         TypeError: anything else.
     """
     if pin is not None and not isinstance(pin, bool):
         raise TypeError(f"pin_workers must be True, False or None, got {pin!r}")
-    return pin
 
 
 def worker_cores(n: int, pin: bool | None) -> list[int | None]:
