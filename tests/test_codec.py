@@ -53,7 +53,7 @@ def run_job(server: Server, job: Job, space: Any, with_slab: bool, chunks: list[
     try:
         order = list(chunks) + ([replay] if replay else [])
         for lo, hi in reversed(order):  # any arrival order
-            req, slab = encode(job, lo, hi, per_out, pool.acquire if with_slab else None)
+            req, slab, _ = encode(job, lo, hi, per_out, pool.acquire if with_slab else None)
             reply = through_the_wire(server, Call(7, job.op, (req,)))
             assert reply.id == 7 and reply.error is None, reply.error and pickle.loads(reply.error)[1]
             cols = read_columns(slab, reply.value.layout, views=gather.views)
@@ -121,7 +121,7 @@ def test_numpy_scalar_infos_travel_as_columns_and_come_back_equal_in_value_and_t
     server = Server(pp.make("HalfCheetah-v5", backend="inline"))
     pool = SlabPool()
     try:
-        req, slab = encode(Job(4, actions, states, 1, None), 0, 4, 4096, pool.acquire if with_slab else None)
+        req, slab, _ = encode(Job(4, actions, states, 1, None), 0, 4, 4096, pool.acquire if with_slab else None)
         reply = through_the_wire(server, Call(3, Op.STEP_BATCH, (req,))).value
         tag, keys, columns = reply.infos
         assert tag == "cols" and keys == [k for k in oracle.infos[0] if k != "n_steps"]
@@ -159,7 +159,7 @@ def test_observations_in_the_message_travel_as_one_array(make_inline, server) ->
     and the rows read back are read-only, as the slab's are."""
     env = make_inline("CartPole-v1")
     states = start_states(env, 6)[:6]
-    req, _ = encode(Job(6, np.array([0, 1, 1, 0, 1, 0]), states, 1, None), 0, 6, 0, None)
+    req, _, _ = encode(Job(6, np.array([0, 1, 1, 0, 1, 0]), states, 1, None), 0, 6, 0, None)
     reply = through_the_wire(server, Call(1, Op.STEP_BATCH, (req,))).value
     assert isinstance(reply.obs, np.ndarray) and reply.obs.shape == (6, 4) and reply.obs.dtype == np.float32
     for ragged in ([np.zeros(2), np.zeros(3)], [np.zeros(2), np.zeros(2, np.float32)], [np.zeros(())] * 2,
@@ -214,7 +214,7 @@ def test_a_malformed_state_fails_in_the_server_as_inline_with_its_item(make_inli
     states[1].sim = np.zeros(3)
     with pytest.raises(pp.StateError) as inline_err:
         env.step_batch([0, 0, 0], states)
-    req, _ = encode(Job(3, np.zeros(3, dtype=np.int64), states, 1, None), 0, 3, 1024, None)
+    req, _, _ = encode(Job(3, np.zeros(3, dtype=np.int64), states, 1, None), 0, 3, 1024, None)
     reply = answer(server, Call(3, Op.STEP_BATCH, (req,)))
     exc, _, item = pickle.loads(reply.error)
     assert type(exc) is pp.StateError and str(exc) == str(inline_err.value) and item == 1
@@ -257,7 +257,7 @@ def test_items_from_one_state_object_carry_it_once(make_inline, env_id) -> None:
     states = [a, b, a, a, b, a]
     actions = np.array([0, 1, 1, 0, 1, 0])
     job = Job(6, actions, states, 1, None)
-    req, _ = encode(job, 0, 6, 1 << 16, None)
+    req, _, _ = encode(job, 0, 6, 1 << 16, None)
     assert req.states["index"] == [0, 1, 0, 0, 1, 0] and len(req.states["extra"]) == 2
     oracle = env.step_batch(actions, states)
     server = Server(pp.make(env_id, backend="inline"))
@@ -271,7 +271,7 @@ def test_items_from_one_state_object_carry_it_once(make_inline, env_id) -> None:
         bad.rng = {"bit_generator": "nothing"}
         with pytest.raises(pp.StateError) as inline_err:
             env.step_batch(actions, [a, bad, a, bad, a, a])
-        req, _ = encode(Job(6, actions, [a, bad, a, bad, a, a], 1, None), 0, 6, 1024, None)
+        req, _, _ = encode(Job(6, actions, [a, bad, a, bad, a, a], 1, None), 0, 6, 1024, None)
         exc, _, item = pickle.loads(answer(server, Call(5, Op.STEP_BATCH, (req,))).error)
     finally:
         server.close()
@@ -300,7 +300,7 @@ def test_chunk_calls_and_replies_cross_the_pipe_as_builtins(server: Server) -> N
     states = start_states(env, 3)[:3]
     for job in (Job(3, np.array([0, 1, 1]), states, 2, None),
                 Job(3, np.array([[0, 1], [1, 1], [1, 0]]), states, 1, None, rollout=RolloutSpec(2, None, True))):
-        req, _ = encode(job, 0, 3, 1 << 12, None)
+        req, _, _ = encode(job, 0, 3, 1 << 12, None)
         call = Call(5, job.op, (req,))
         assert b"plan_parallel" not in pickle.dumps(call_wire(call))
         assert_same_message(call_from_wire(pickle.loads(pickle.dumps(call_wire(call)))), call)
@@ -390,7 +390,7 @@ def test_a_policy_rollout_chunk_has_room_for_its_start_observations() -> None:
 
         for given in (policy, None):
             spec = RolloutSpec(3, None if given is None else cloudpickle.dumps(given), False)
-            req, slab = encode(Job(3, None, [start] * 3, 1, None, rollout=spec, policy=given), 0, 3, 0, acquire)
+            req, slab, _ = encode(Job(3, None, [start] * 3, 1, None, rollout=spec, policy=given), 0, 3, 0, acquire)
             assert slab is not None
             try:
                 assert req.states is not None and "obs" not in req.states and "sim" not in req.states

@@ -231,7 +231,7 @@ def test_a_worker_keeps_a_bounded_set_of_slabs_attached(monkeypatch: pytest.Monk
                 job = codec.Job(2, acts, [s0, s0], 1, None)
                 lease = leases.lease(2 * OBS * 4)
                 rows = lease.array(np.dtype(np.float32), (2, OBS))
-                req, slab = codec.encode(job, 0, 2, 4096, slabs.acquire, (lease.slab, rows))
+                req, slab, _ = codec.encode(job, 0, 2, 4096, slabs.acquire, (lease.slab, rows))
                 reply = server_module.answer(server, Call(1, Op.STEP_BATCH, (req,)))
                 assert reply.error is None and reply.value.obs_written
                 np.testing.assert_array_equal(rows, want)

@@ -13,12 +13,14 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from plan_parallel.batch.future import BatchFuture
-from plan_parallel.batch.parts import Part, Slot, SlotState
+from plan_parallel.batch.parts import Part, Slot, SlotState, dumps
+from plan_parallel.interrupts import ctrl_c_deferred
 from plan_parallel.state.state_value import mark_checked
 from plan_parallel.wire.codec import Job, encode, out_bytes_guess, split_by_cost
 from plan_parallel.wire.gather import RolloutGather, StepGather
-from plan_parallel.wire.leases import LeasePool, row_layout
-from plan_parallel.wire.messages import Call, ChunkReply, Op
+from plan_parallel.wire.held import NOT_HELD, Table
+from plan_parallel.wire.leases import Lease, LeasePool, row_layout
+from plan_parallel.wire.messages import Call, ChunkReply, Op, call_wire
 from plan_parallel.wire.slabs import SlabPool, read_columns
 from plan_parallel.workers.cores import current_core, feed_order
 
@@ -117,27 +119,54 @@ class Feeder:
         assert fut.job is not None
         if fut.job.start is not None:
             slot.ensure_holds(fut.job.start, fut, next_id())
-        slot.send(self.chunk(fut, next_id(), slot.worker.uses_shared_memory))
+        slot.send(self.chunk(fut, next_id(), slot))
         fut.pending.popleft()  # after queueing: an interruption in between sends a chunk twice, never none
 
-    def chunk(self, fut: BatchFuture, call_id: int, shared_memory: bool) -> Part:
-        """``fut``'s next chunk as a part (still pending in ``fut`` until the pool has queued it)."""
-        job = fut.job
-        assert job is not None
+    def chunk(self, fut: BatchFuture, call_id: int, slot: Slot) -> Part:
+        """``fut``'s next chunk as a part for ``slot``'s worker (still pending in ``fut`` until the pool has queued it)."""
         lo, hi = fut.pending[0]
-        per_out = self._out_per_item.get(_results_kind(job))
-        if per_out is None:
-            first = job.states[lo] if job.states is not None else job.start
-            per_out = out_bytes_guess(self.observation_space, first, job)
+        shared_memory = slot.worker.uses_shared_memory
         lease = fut.lease if shared_memory else None
-        obs_to = None if lease is None else (lease.slab, fut.gather.lent)  # type: ignore[union-attr]
-        req, slab = encode(job, lo, hi, per_out, self.slabs.acquire if shared_memory else None, obs_to, self.timeout,
-                           self.trust)
-        part = Part(Call(call_id, job.op, (req,)), fut, lo, hi, slab, cost=job.cost(lo, hi), needs=job.start)
+        part = Part(Call(call_id, fut.job.op), fut, lo, hi, cost=fut.job.cost(lo, hi), needs=fut.job.start)  # type: ignore[union-attr]
+        part.call, part.slab, part.table, part.keeps = self._encoded(part, slot.table, shared_memory, lease)
         if lease is not None:
             part.lease = lease
             lease.add_writer()
         return part
+
+    def _encoded(self, part: Part, table: Table | None, shared_memory: bool, lease: Lease | None) -> tuple:
+        """The call, slab, table and states to hold of ``part``'s chunk (see :func:`~plan_parallel.wire.codec.encode`)."""
+        fut, lo, hi = part.future, part.lo, part.hi
+        job = fut.job
+        assert job is not None
+        per_out = self._out_per_item.get(_results_kind(job))
+        if per_out is None:
+            first = job.states[lo] if job.states is not None else job.start
+            per_out = out_bytes_guess(self.observation_space, first, job)
+        obs_to = None if lease is None else (lease.slab, fut.gather.lent)  # type: ignore[union-attr]
+        req, slab, keeps = encode(job, lo, hi, per_out, self.slabs.acquire if shared_memory else None, obs_to,
+                                  self.timeout, self.trust, table)
+        refs = req.states.get("refs") if req.states is not None else None
+        if refs:
+            self.stats["states_by_key"] += len(refs) - len(keeps)
+        return Call(part.call.id, job.op, (req,)), slab, table if keeps else None, keeps
+
+    def resent(self, slot: Slot, part: Part, answer: Any) -> bool:
+        """Whether ``slot``'s worker answered ``part`` :data:`~plan_parallel.wire.held.NOT_HELD` (it does not hold
+        a state the chunk refers to: a replacement, or a table it reset) and the part was sent again: the worker
+        gets a new table, and the part every state (counted in ``stats["resent"]``). A settled batch's part is not."""
+        if type(answer) is not str or answer != NOT_HELD or part.future.settled:
+            return False
+        with ctrl_c_deferred():  # the part's call, slab and bytes change together, or not at all
+            slot.table = Table()
+            old = part.slab
+            call, slab, table, keeps = self._encoded(part, slot.table, slot.worker.uses_shared_memory, part.lease)
+            part.call, part.slab, part.table, part.keeps, part.data = call, slab, table, keeps, dumps(call_wire(call))
+            if old is not None:
+                self.slabs.release(old)  # the worker answered without writing it
+            slot.again(part)
+        self.stats["resent"] += 1
+        return True
 
     def absorb(self, part: Part, reply: ChunkReply) -> None:
         """Copy a chunk's results out of its slab into its batch's gatherer.
@@ -152,6 +181,8 @@ class Feeder:
         assert gather is not None, "a batch's chunk is gathered"
         gather.absorb(part.lo, part.hi, reply, read_columns(part.slab, reply.layout, views=gather.views), self.trust)
         self.stats["states_checked"] += reply.checked
+        if part.table is not None and part.keeps:
+            part.table.confirm(part.keeps)
         job = part.future.job
         if reply.checked and job is not None and job.states is not None:
             mark_checked(job.states[part.lo:part.hi], self.trust)

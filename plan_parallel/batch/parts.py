@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from plan_parallel.errors import StateError
 from plan_parallel.state import State
+from plan_parallel.wire.held import Table
 from plan_parallel.wire.messages import Call, Op, call_wire
 from plan_parallel.wire.slabs import PROTOCOL, Slab
 
@@ -48,6 +49,8 @@ class Part:
     lease: Any = None  # the batch's Lease this part's worker writes observations into (wire.leases)
     cost: int = 0  # env steps at most, for chunk sizing
     needs: State | None = None  # the held state this part starts from (states=None)
+    table: Table | None = None  # the worker's table its chunk refers to (wire.held)
+    keeps: list = field(default_factory=list)  # what the worker is to hold once it answers (Table.confirm)
     holds: State | None = None  # the state a set_state part leaves the worker holding
     shared: tuple = ()  # values sent once for many workers (Ray's object store)
     data: bytes = b""
@@ -68,6 +71,7 @@ class Slot:
     state: SlotState = SlotState.DEAD
     queue: deque = field(default_factory=deque)  # parts sent (or about to be), unanswered, in order
     held: State | None = None  # the state this worker holds, as far as what was sent says
+    table: Table | None = None  # the states it holds for the chunks (wire.held); None: it holds none
     started_at: float = 0.0
 
     @property
@@ -140,6 +144,14 @@ class Slot:
             except OSError:
                 return  # gone: the next wait sees its sentinel and sends these parts again
             queued += 0 if idle else len(part.data)
+
+    def again(self, part: Part) -> None:
+        """Send ``part``, answered by the worker without running it, again after the parts queued behind it."""
+        self.queue.append(part)  # first: an interruption in between leaves it queued twice, sent once (pool._revive)
+        self.queue.remove(part)  # (the first occurrence: where it was)
+        part.written = False
+        self._head_starts()
+        self.write()
 
     def ready(self) -> None:
         """The worker built its env: it starts on its queue now; write what can be written."""

@@ -38,6 +38,7 @@ from plan_parallel.batch.parts import START_TIMEOUT, Part, Slot, SlotState
 from plan_parallel.errors import ClosedError, WorkerCrashedError, WorkerTimeoutError
 from plan_parallel.interrupts import ctrl_c_deferred
 from plan_parallel.state import State
+from plan_parallel.wire.held import Table
 from plan_parallel.wire.leases import LeasePool
 from plan_parallel.wire.messages import READY, Call, Op, Reply, WorkerInfo, reraise
 from plan_parallel.wire.slabs import SlabPool
@@ -79,7 +80,7 @@ class WorkerPool:
         self.info: WorkerInfo | None = None
         self.stats: dict[str, Any] = {
             "restarts": 0, "timeouts": 0, "busy_seconds": [0.0] * n, "env_seconds": 0.0,
-            "stray_replies": 0, "interrupted": 0, "states_checked": 0,
+            "stray_replies": 0, "interrupted": 0, "states_checked": 0, "states_by_key": 0, "resent": 0,
         }
         self.feeder = Feeder(SlabPool(), LeasePool(), self.stats, timeout)
         close_at_exit(self)
@@ -104,7 +105,7 @@ class WorkerPool:
     def _start_slot(self, i: int) -> None:
         slot = self.slots[i]
         with ctrl_c_deferred():  # a worker half-started is neither in its slot nor stopped
-            slot.held = None
+            slot.held, slot.table = None, Table() if self._type.keeps_states else None
             slot.worker = self._new_worker(i)
             slot.started_at = time.monotonic()
             slot.state = SlotState.STARTING
@@ -295,10 +296,11 @@ class WorkerPool:
             if part is None:
                 self.stats["stray_replies"] += 1  # never delivered: no call waits for it
                 continue
+            if self.feeder.resent(slot, part, reply.value):  # it named states the worker does not hold
+                continue
             self.stats["busy_seconds"][i] += reply.env_seconds
-            if part.cost:
-                per = reply.env_seconds / part.cost
-                old = self._step_seconds
+            if part.cost:  # the env seconds a step takes, an EMA
+                per, old = reply.env_seconds / part.cost, self._step_seconds
                 self._step_seconds = per if old is None else 0.8 * old + 0.2 * per
             self._deliver(i, part, reply)
             slot.answered(part)

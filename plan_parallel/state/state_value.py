@@ -43,7 +43,7 @@ class State:
     creating it (a state changed in place would keep its old key).
     """
 
-    __slots__ = ("_blob", "_checked", "_key", "_sim", "extra", "kind", "obs", "rng", "wrappers")
+    __slots__ = ("_blob", "_checked", "_held", "_key", "_sim", "extra", "kind", "obs", "rng", "wrappers")
 
     def __init__(
         self,
@@ -58,6 +58,7 @@ class State:
         self._sim = sim
         self._blob: bytes | None = None
         self._checked: Any = None  # the token(s) of the checks it passed, or of the envs that made it (validate_each)
+        self._held: dict | None = None  # the workers' tables holding it: {table id: its key and fields} (wire.held)
         self.extra = extra
         self.rng = rng
         self.wrappers = wrappers
@@ -69,7 +70,7 @@ class State:
         """A state an adapter has just captured from its env: it restores that env by construction, so
         :func:`validate_each` with the adapter's ``checker`` token does not check it."""
         s = cls.__new__(cls)
-        s.kind, s._sim, s._blob, s._checked = kind, sim, None, checker
+        s.kind, s._sim, s._blob, s._checked, s._held = kind, sim, None, checker, None
         s.extra, s.rng, s.wrappers, s.obs = extra, rng, wrappers, obs
         return s
 
@@ -83,7 +84,7 @@ class State:
         ``checker``: the token of the check it passed, or of the envs that made it (see :func:`validate_each`).
         """
         s = cls.__new__(cls)
-        s.kind, s._sim, s._blob, s._checked = kind, _UNDECODED, blob, checker
+        s.kind, s._sim, s._blob, s._checked, s._held = kind, _UNDECODED, blob, checker, None
         s.extra, s.rng, s.wrappers, s.obs = extra, rng, wrappers, obs
         return s
 
@@ -102,6 +103,7 @@ class State:
         self._sim = value
         self._blob = None
         self._checked = None  # a new value is checked again
+        self._held = None  # and sent again
 
     @property
     def wire_sim(self) -> Any:

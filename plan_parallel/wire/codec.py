@@ -23,6 +23,7 @@ from plan_parallel.state import State
 from plan_parallel.state.state_value import checked_by
 from plan_parallel.wire.columns import pack_states
 from plan_parallel.wire.gather import Gather, RolloutGather, StepGather
+from plan_parallel.wire.held import Table, pack_held
 from plan_parallel.wire.messages import ChunkRequest, Op, RolloutSpec
 from plan_parallel.wire.slabs import ALIGN, ArrayWriter, Slab
 
@@ -155,8 +156,9 @@ def out_bytes_guess(observation_space: spaces.Space, state: State | None, job: J
 
 def encode(job: Job, lo: int, hi: int, per_item_out: int, acquire: Callable[[int], Slab] | None,
            obs_to: tuple[Slab, np.ndarray] | None = None, timeout: float | None = None,
-           trust: Any = None) -> tuple[ChunkRequest, Slab | None]:
-    """The request of chunk lo..hi, and its slab (None when ``acquire`` is None: everything in the message).
+           trust: Any = None, table: Table | None = None) -> tuple[ChunkRequest, Slab | None, list[tuple]]:
+    """The request of chunk lo..hi, its slab (None when ``acquire`` is None: everything in the message), and
+    what it asks the worker to hold (:func:`~plan_parallel.wire.held.pack_held`).
 
     ``per_item_out`` is the slab room reserved per item for the results (what
     does not fit travels in the reply, and is learned for the next chunks).
@@ -164,7 +166,9 @@ def encode(job: Job, lo: int, hi: int, per_item_out: int, acquire: Callable[[int
     whole batch), into which the worker writes this chunk's rows. ``timeout``: the
     seconds a call may take on a worker (:attr:`ChunkRequest.timeout`). ``trust``: the token of states
     the workers checked or made (:attr:`~plan_parallel.batch.feeder.Feeder.trust`): a chunk of such
-    states tells the worker not to check them again.
+    states tells the worker not to check them again. ``table``: the worker's table of the states it holds
+    (:mod:`plan_parallel.wire.held`); None, or a job whose states go with their observations or are a vector
+    env's (stepped on envs the worker keeps), sends every state.
     """
     m = hi - lo
     actions, dt, seeds = job.actions, job.dt, job.seeds
@@ -174,9 +178,11 @@ def encode(job: Job, lo: int, hi: int, per_item_out: int, acquire: Callable[[int
     # A policy reads the start observation: it travels with the states (uniform random actions,
     # the default when neither actions nor a policy is given, read none).
     with_obs = job.rollout is not None and actions is None and job.policy is not None
+    per_sim = 0
     if sub_states is not None:
         first = sub_states[0]
-        est_in += (sim_bytes(first) + (first.obs.nbytes if with_obs and isinstance(first.obs, np.ndarray) else 0)) * m
+        per_sim = sim_bytes(first)
+        est_in += (per_sim + (first.obs.nbytes if with_obs and isinstance(first.obs, np.ndarray) else 0)) * m
     slab = acquire(est_in + per_item_out * m + 4 * ALIGN) if acquire is not None else None
     w = ArrayWriter(slab)
     req_actions = None
@@ -184,7 +190,13 @@ def encode(job: Job, lo: int, hi: int, per_item_out: int, acquire: Callable[[int
         req_actions = actions[lo:hi]
     req_dt: Any = dt if isinstance(dt, int) else (None if w.put_array("dt", dt[lo:hi]) else dt[lo:hi])
     req_seeds = None if seeds is None or w.put_array("seeds", seeds[lo:hi]) else seeds[lo:hi]
-    packed = None if sub_states is None else pack_states(sub_states, w, "in_", with_obs=with_obs)
+    packed: Any = None
+    keeps: list[tuple] = []
+    if sub_states is not None:
+        if with_obs or job.keys is not None:
+            packed = pack_states(sub_states, w, "in_", with_obs=with_obs)
+        else:
+            packed, keeps = pack_held(sub_states, w, "in_", table, per_sim)
     req = ChunkRequest(
         n=m, first_index=lo, slab=None if slab is None else slab.name, slab_size=0 if slab is None else slab.size,
         layout=w.layout, out_offset=-(-w.pos // ALIGN) * ALIGN, actions=req_actions, dt=req_dt, seeds=req_seeds,
@@ -193,7 +205,7 @@ def encode(job: Job, lo: int, hi: int, per_item_out: int, acquire: Callable[[int
         timeout=timeout,
         validated=sub_states is not None and trust is not None and checked_by(sub_states, trust),
     )
-    return req, slab
+    return req, slab, keeps
 
 
 def _rows_at(obs_to: tuple[Slab, np.ndarray], lo: int) -> tuple[str, int, int, str, tuple[int, ...]]:

@@ -27,6 +27,8 @@ class Worker(Protocol):
     index: int
     #: Whether the worker reads chunks from shared-memory slabs (False: arrays travel in the messages).
     uses_shared_memory: bool
+    #: Whether the worker keeps the states chunks bring, for later chunks to name by key (wire.held).
+    keeps_states: bool
     #: Bytes that may wait unread for a busy worker without a write blocking (None: no limit).
     max_queued_bytes: int | None
 

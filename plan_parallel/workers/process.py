@@ -145,6 +145,7 @@ class ExternalProcess:
     """
 
     uses_shared_memory = True
+    keeps_states = True
     bootstrap_hint = (
         ". If a traceback above comes from multiprocessing's bootstrap, the worker could not import what the "
         "env needs: define the env and its factory in an importable module, or pass context='fork'"

@@ -135,6 +135,7 @@ class RayWorker:
     """
 
     uses_shared_memory = False
+    keeps_states = False  # (an actor could; its chunks' states travel through Ray's store, not measured)
     core: int | None = None  # Ray places its actors
     bootstrap_hint = ""
     max_queued_bytes: int | None = None

@@ -20,7 +20,8 @@ import numpy as np
 
 from plan_parallel.env import PlanEnv
 from plan_parallel.factory import quiet_ale_for_good
-from plan_parallel.wire.columns import pack_infos, pack_outcomes, pack_states, stack_rows, unpack_states
+from plan_parallel.wire.columns import pack_infos, pack_outcomes, pack_states, stack_rows
+from plan_parallel.wire.held import NOT_HELD, HeldStates, unpack_held
 from plan_parallel.wire.messages import (
     READY,
     Call,
@@ -56,6 +57,7 @@ class Server:
         self.env = env
         self.kept = KeptEnvs(new_env, env) if new_env is not None else None  # envs kept for a vector env's sub-envs
         self.slabs: dict[str, Slab] = {}
+        self.held = HeldStates()  # the states chunks brought, for later chunks to name by key
         self._policy_blob: bytes | None = None
         self._policy_obj: Any = None
         self.handlers: dict[Op, Callable[..., Any]] = {
@@ -100,15 +102,20 @@ class Server:
     def set_state(self, blob: bytes) -> None:
         self.env.set_state(pickle.loads(blob))
 
-    def _read(self, req: ChunkRequest) -> tuple[Slab | None, dict[str, np.ndarray], list | None, Any, Any, Any]:
-        """A chunk's slab, input columns, validated states, actions, dt and seeds."""
+    def _read(self, req: ChunkRequest) -> tuple[Slab | None, dict[str, np.ndarray], list | None, Any, Any, Any] | None:
+        """A chunk's slab, input columns, validated states, actions, dt and seeds; None when it names a state
+        this worker does not hold (:mod:`plan_parallel.wire.held`)."""
         slab = self._slab(req.slab, req.slab_size)
         cols = read_columns(slab, req.layout)
         states = None
         if req.states is not None:
-            states = unpack_states(req.states, cols, "in_", req.n)
+            states, fresh = unpack_held(req.states, cols, "in_", req.n, self.held)
+            if states is None:
+                return None
             if not req.validated:
                 self.env.validate_all(states, req.first_index, req.index_errors)
+            if fresh:
+                self.held.keep(req.states, fresh)
         actions = cols.get("actions", req.actions)
         dt = cols.get("dt", req.dt)
         seeds = cols.get("seeds", req.seeds) if req.has_seeds else None
@@ -151,8 +158,11 @@ class Server:
             return None
         return np.empty((req.n, *form[1]), dtype=form[0])
 
-    def step_batch(self, req: ChunkRequest) -> ChunkReply:
-        slab, _, states, actions, dt, seeds = self._read(req)
+    def step_batch(self, req: ChunkRequest) -> ChunkReply | str:
+        read = self._read(req)
+        if read is None:
+            return NOT_HELD
+        slab, _, states, actions, dt, seeds = read
         kept = self.kept if req.kept is not None and states is not None and dt == 1 and seeds is None else None
         lent = self._lent_rows(req)
         rows = lent if lent is not None else self._message_rows(req)
@@ -192,10 +202,13 @@ class Server:
             self._policy_blob = blob
         return self._policy_obj
 
-    def rollout_batch(self, req: ChunkRequest) -> ChunkReply:
+    def rollout_batch(self, req: ChunkRequest) -> ChunkReply | str:
         spec = req.rollout
         assert spec is not None, "a rollout chunk carries its RolloutSpec"
-        slab, _, states, actions, dt, seeds = self._read(req)
+        read = self._read(req)
+        if read is None:
+            return NOT_HELD
+        slab, _, states, actions, dt, seeds = read
         parts = self.env.rollout_raw(
             states, actions, dt, spec.horizon, policy=self._policy(spec.policy), seeds=seeds,
             first_index=req.first_index, return_all=spec.return_all, n=req.n,

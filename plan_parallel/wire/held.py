@@ -1,0 +1,145 @@
+"""States a worker holds: a state sent to a worker once travels as a key after that.
+
+A planner sends the same states again and again (the roots of its searches, a
+batch's start states call after call). Each process worker keeps the states its
+chunks brought, in a table of at most ``cap`` of them, keyed by numbers the
+calling process gives out in order (:class:`Table`); a chunk then lists a state
+that worker holds by its key (``"refs"`` in :func:`pack_held`'s remainder)
+instead of packing and pickling it (CartPole: ~0.7 us of the calling process's
+CPU a state, and the worker's unpacking).
+
+Nothing here is trusted blindly. A key is only used once the worker answered the
+chunk that brought its state (:meth:`Table.confirm`), and only while the state's
+fields are the very objects that were sent. A worker that does not hold a key it
+is sent (a replacement, one that reset its table) answers :data:`NOT_HELD`, and
+the chunk is sent again with every state, under a new table
+(:meth:`~plan_parallel.batch.feeder.Feeder.resend`). The worker keeps the ``cap``
+latest keys, and the calling process uses no older one, so an evicted key is
+never asked for.
+"""
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+from typing import Any
+
+from plan_parallel.state import State
+from plan_parallel.wire.columns import pack_states, unpack_states
+from plan_parallel.wire.slabs import ArrayWriter
+
+__all__ = ["NOT_HELD", "HeldStates", "Table", "pack_held", "unpack_held"]
+
+NOT_HELD = "not held"  # a worker's answer to a chunk that refers to a state it does not hold
+
+TABLE_BYTES = 32 << 20  # what a worker's table may keep, roughly: cap = this ÷ (a state's simulator bytes + 1 KB)
+MIN_CAP, MAX_CAP = 256, 65536
+
+_table_ids = itertools.count(1)  # process-wide: a state's marks name the table, and a table is one worker's, once
+
+
+class Table:
+    """The calling process's view of one worker's table: its id, the next key, and how many keys it keeps.
+
+    A new worker (or one that missed a key) gets a new table: the marks states carry for the old one
+    then match no worker, and its first chunk resets the worker's table.
+    """
+
+    __slots__ = ("cap", "id", "next_key")
+
+    def __init__(self) -> None:
+        self.id = next(_table_ids)
+        self.next_key = 0
+        self.cap = 0  # set by the first chunk, from its states' size
+
+    def key_of(self, s: State) -> int:
+        """The key under which the worker holds ``s`` as it is now; -1 if it holds none usable."""
+        marks = s._held
+        if marks is None:
+            return -1
+        m = marks.get(self.id)
+        if m is None or m[0] < self.next_key - self.cap or m[1] is not s.extra or m[2] is not s.rng or \
+                m[3] is not s.wrappers:
+            return -1
+        return m[0]
+
+    def confirm(self, sent: list[tuple]) -> None:
+        """The worker answered the chunk that brought these ``(state, key, extra, rng, wrappers)``: it holds them."""
+        tid = self.id
+        for s, *mark in sent:
+            if s._held is None:
+                s._held = {}
+            s._held[tid] = tuple(mark)
+
+
+def pack_held(states: Sequence[State], w: ArrayWriter, prefix: str, table: Table | None,
+              sim_bytes: int) -> tuple[dict[str, Any], list[tuple]]:
+    """:func:`~plan_parallel.wire.columns.pack_states` of the states ``table``'s worker does not hold, and the
+    keys of those it holds; and the ``(state, key, extra, rng, wrappers)`` it is asked to keep under new keys.
+
+    ``sim_bytes``: a state's simulator bytes (the table's size, on its first chunk). Without a table: as
+    ``pack_states``, keeping nothing.
+    """
+    if table is None:
+        return pack_states(states, w, prefix, with_obs=False), []
+    unique = list({id(s): s for s in states}.values())
+    if not table.cap:
+        table.cap = max(MIN_CAP, min(MAX_CAP, TABLE_BYTES // (sim_bytes + 1024)))
+    refs = [table.key_of(s) for s in unique]
+    fresh = [s for s, r in zip(unique, refs) if r < 0]
+    rest = pack_states(fresh, w, prefix, with_obs=False)
+    first = table.next_key
+    table.next_key += len(fresh)
+    if len(unique) < len(states):
+        at = {id(s): k for k, s in enumerate(unique)}
+        rest["items"] = [at[id(s)] for s in states]  # not "index": that one is pack_states' own, of the fresh ones
+    rest["refs"] = refs
+    rest["held"] = (table.id, first, table.cap)
+    return rest, [(s, first + j, s.extra, s.rng, s.wrappers) for j, s in enumerate(fresh)]
+
+
+class HeldStates:
+    """A worker's table: the states its chunks brought, by key (the ``cap`` latest keys of one table)."""
+
+    def __init__(self) -> None:
+        self.table = 0
+        self.states: dict[int, State] = {}  # in key order: keys are given out in order, chunks come in order
+
+    def resolve(self, rest: dict[str, Any], fresh: list[State]) -> list[State] | None:
+        """The unique states of a chunk packed by :func:`pack_held`: the held ones and ``fresh`` (the packed
+        ones) in order; None when it refers to a state this worker does not hold."""
+        table = rest["held"][0]
+        if table != self.table:
+            self.table, self.states = table, {}
+        held = self.states
+        out: list[State] = []
+        new = iter(fresh)
+        for r in rest["refs"]:
+            s = next(new) if r < 0 else held.get(r)
+            if s is None:
+                return None
+            out.append(s)
+        return out
+
+    def keep(self, rest: dict[str, Any], fresh: list[State]) -> None:
+        """Hold ``fresh`` (checked already) under the keys the chunk gave them; forget keys beyond the cap."""
+        _, first, cap = rest["held"]
+        held = self.states
+        for j, s in enumerate(fresh):
+            held[first + j] = s
+        oldest = first + len(fresh) - cap
+        for key in [k for k in itertools.takewhile(lambda k: k < oldest, held)]:
+            del held[key]
+
+
+def unpack_held(rest: dict[str, Any], cols: dict, prefix: str, n: int,
+                table: HeldStates) -> tuple[list[State] | None, list[State]]:
+    """The ``n`` states of a chunk (:func:`pack_held`), and the fresh ones to keep once checked; None for the
+    states when the chunk refers to one ``table`` does not hold."""
+    if "held" not in rest:
+        return unpack_states(rest, cols, prefix, n), []
+    fresh = unpack_states(rest, cols, prefix, len(rest["extra"]))
+    unique = table.resolve(rest, fresh)
+    if unique is None:
+        return None, []
+    index = rest.get("items")
+    return (unique if index is None else [unique[k] for k in index]), fresh
