@@ -56,14 +56,15 @@ def _fields(s: State) -> tuple:
 
 def test_a_state_travels_as_a_key_only_once_the_worker_answered_the_chunk_that_brought_it(slab: Any) -> None:
     table, worker, states = Table(), HeldStates(), _states(3)
-    got, rest, keeps = _send(states, table, worker, slab)
-    assert rest["refs"] == [-1, -1, -1] and [k for _, k, *_ in keeps] == [0, 1, 2]
-    assert [_fields(s) for s in got] == [_fields(s) for s in states]  # type: ignore[union-attr]
+    got, rest, keeps = _send([states[0], states[1], states[0], states[2]], table, worker, slab)
+    assert rest["refs"] == [~0, ~1, ~0, ~2] and [k for _, k, *_ in keeps] == [0, 1, 2], "each state packed once"
+    assert got is not None and got[0] is got[2]
+    assert [_fields(s) for s in got] == [_fields(states[k]) for k in (0, 1, 0, 2)]
     _, rest, _ = _send(states, table, worker, slab)
-    assert rest["refs"] == [-1, -1, -1], "not answered yet: sent whole again"
+    assert rest["refs"] == [~0, ~1, ~2], "not answered yet: sent whole again"
     table.confirm(keeps)
     got2, rest, keeps2 = _send([states[2], states[0], states[2]], table, worker, slab)
-    assert rest["refs"] == [2, 0] and rest["items"] == [0, 1, 0] and keeps2 == []
+    assert rest["refs"] == [2, 0, 2] and keeps2 == []
     assert got2 is not None and got2[0] is got2[2] and [_fields(s) for s in got2] == [_fields(states[k]) for k in (2, 0, 2)]
 
 
@@ -75,7 +76,7 @@ def test_a_state_given_a_new_field_or_sim_is_sent_whole_again(slab: Any) -> None
     states[1].wrappers = (1,)
     states[2].sim = np.zeros(4)
     got, rest, _ = _send(states, table, worker, slab)
-    assert rest["refs"] == [-1, -1, -1, 3]
+    assert rest["refs"] == [~0, ~1, ~2, 3]
     assert got is not None and got[2].sim.tolist() == [0.0] * 4
 
 
@@ -88,7 +89,7 @@ def test_keys_past_the_tables_cap_are_not_used_and_the_worker_forgets_them(slab:
     table.confirm(keeps)
     assert sorted(worker.states) == [2, 3, 4, 5]
     _, rest, _ = _send(states, table, worker, slab)
-    assert rest["refs"] == [-1, -1, 2, 3, 4, 5]
+    assert rest["refs"] == [~0, ~1, 2, 3, 4, 5]
 
 
 def test_a_worker_answers_none_for_a_key_it_does_not_hold_and_a_new_table_starts_empty(slab: Any) -> None:
@@ -100,7 +101,7 @@ def test_a_worker_answers_none_for_a_key_it_does_not_hold_and_a_new_table_starts
     assert got is None, "a replacement holds nothing"
     assert worker.states, "the worker holds the two states"
     got, rest, _ = _send(states, Table(), worker, slab)
-    assert rest["refs"] == [-1, -1] and got is not None
+    assert rest["refs"] == [~0, ~1] and got is not None
     assert worker.states and min(worker.states) == 0 and len(worker.states) == 2, "the new table replaced the old"
 
 

@@ -203,7 +203,9 @@ def encode(job: Job, lo: int, hi: int, per_item_out: int, acquire: Callable[[int
         has_seeds=seeds is not None, states=packed, rollout=job.rollout, index_errors=job.index_errors,
         obs_out=None if obs_to is None else _rows_at(obs_to, lo), kept=None if job.keys is None else job.keys[lo:hi].tolist(),
         timeout=timeout,
-        validated=sub_states is not None and trust is not None and checked_by(sub_states, trust),
+        # (states a worker holds passed its check, or the one this token stands for, before it kept them)
+        validated=sub_states is not None and trust is not None and checked_by(
+            [k[0] for k in keeps] if "held" in packed else sub_states, trust),
     )
     return req, slab, keeps
 

@@ -51,16 +51,28 @@ class Table:
         self.next_key = 0
         self.cap = 0  # set by the first chunk, from its states' size
 
-    def key_of(self, s: State) -> int:
-        """The key under which the worker holds ``s`` as it is now; -1 if it holds none usable."""
-        marks = s._held
-        if marks is None:
-            return -1
-        m = marks.get(self.id)
-        if m is None or m[0] < self.next_key - self.cap or m[1] is not s.extra or m[2] is not s.rng or \
-                m[3] is not s.wrappers:
-            return -1
-        return m[0]
+    def refs(self, states: Sequence[State]) -> tuple[list[int], list[State]]:
+        """Each state's reference for the worker: its key where the worker holds it as it is now, else ``~j``
+        for the j-th of the states it does not hold (each listed once, in first-seen order); and those states.
+
+        (One loop, no call a state: CartPole B=512, 0.78 -> ~0.2 us a state of the caller's encoding.)
+        """
+        tid, oldest = self.id, self.next_key - self.cap
+        refs: list[int] = []
+        fresh: list[State] = []
+        fresh_at: dict[int, int] = {}
+        for s in states:
+            marks = s._held
+            m = None if marks is None else marks.get(tid)
+            if m is not None and m[0] >= oldest and m[1] is s.extra and m[2] is s.rng and m[3] is s.wrappers:
+                refs.append(m[0])
+                continue
+            j = fresh_at.get(id(s))
+            if j is None:
+                j = fresh_at[id(s)] = len(fresh)
+                fresh.append(s)
+            refs.append(~j)
+        return refs, fresh
 
     def confirm(self, sent: list[tuple]) -> None:
         """The worker answered the chunk that brought these ``(state, key, extra, rng, wrappers)``: it holds them."""
@@ -81,17 +93,12 @@ def pack_held(states: Sequence[State], w: ArrayWriter, prefix: str, table: Table
     """
     if table is None:
         return pack_states(states, w, prefix, with_obs=False), []
-    unique = list({id(s): s for s in states}.values())
     if not table.cap:
         table.cap = max(MIN_CAP, min(MAX_CAP, TABLE_BYTES // (sim_bytes + 1024)))
-    refs = [table.key_of(s) for s in unique]
-    fresh = [s for s, r in zip(unique, refs) if r < 0]
+    refs, fresh = table.refs(states)
     rest = pack_states(fresh, w, prefix, with_obs=False)
     first = table.next_key
     table.next_key += len(fresh)
-    if len(unique) < len(states):
-        at = {id(s): k for k, s in enumerate(unique)}
-        rest["items"] = [at[id(s)] for s in states]  # not "index": that one is pack_states' own, of the fresh ones
     rest["refs"] = refs
     rest["held"] = (table.id, first, table.cap)
     return rest, [(s, first + j, s.extra, s.rng, s.wrappers) for j, s in enumerate(fresh)]
@@ -105,16 +112,15 @@ class HeldStates:
         self.states: dict[int, State] = {}  # in key order: keys are given out in order, chunks come in order
 
     def resolve(self, rest: dict[str, Any], fresh: list[State]) -> list[State] | None:
-        """The unique states of a chunk packed by :func:`pack_held`: the held ones and ``fresh`` (the packed
-        ones) in order; None when it refers to a state this worker does not hold."""
+        """The states of a chunk packed by :func:`pack_held`, item by item: held ones by key, the others from
+        ``fresh`` (the packed ones); None when it refers to a state this worker does not hold."""
         table = rest["held"][0]
         if table != self.table:
             self.table, self.states = table, {}
         held = self.states
         out: list[State] = []
-        new = iter(fresh)
         for r in rest["refs"]:
-            s = next(new) if r < 0 else held.get(r)
+            s = held.get(r) if r >= 0 else fresh[~r]
             if s is None:
                 return None
             out.append(s)
@@ -138,8 +144,5 @@ def unpack_held(rest: dict[str, Any], cols: dict, prefix: str, n: int,
     if "held" not in rest:
         return unpack_states(rest, cols, prefix, n), []
     fresh = unpack_states(rest, cols, prefix, len(rest["extra"]))
-    unique = table.resolve(rest, fresh)
-    if unique is None:
-        return None, []
-    index = rest.get("items")
-    return (unique if index is None else [unique[k] for k in index]), fresh
+    states = table.resolve(rest, fresh)
+    return (None, []) if states is None else (states, fresh)
