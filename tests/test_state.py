@@ -538,6 +538,29 @@ def test_states_of_other_episodes_restore_their_own_rng(make_inline):
         np.testing.assert_array_equal(env.reset()[1], fresh.reset()[0])
 
 
+def test_equal_rng_dicts_that_are_not_one_object_restore_as_one_value(make_inline):
+    """A batch's states from several chunks carry equal RNG dicts that are not one object: the env's RNG is
+    not set again for each (same_rng), and one of another value still is."""
+    from plan_parallel.state.core import same_rng
+
+    env = make_inline("CartPole-v1")
+    a, _, _ = env.reset(seed=1)
+    b, _, _ = env.reset(seed=2)
+    a2 = pickle.loads(pickle.dumps(a))  # equal, another dict
+    assert a2.rng is not a.rng and same_rng(a.rng, a2.rng) and not same_rng(a.rng, b.rng)
+    out = env.step_batch([0, 1, 0, 1], [a, a2, b, a2])
+    assert [s.rng for s in out.states] == [a.rng, a.rng, b.rng, a.rng]
+    for state, seed in ((a2, 1), (b, 2)):
+        fresh = gym.make("CartPole-v1")
+        fresh.reset(seed=seed)
+        env.set_state(state)
+        np.testing.assert_array_equal(env.reset()[1], fresh.reset()[0])
+    mt = {"bit_generator": "MT19937", "state": {"key": np.arange(624, dtype=np.uint32), "pos": 624}}
+    mt2 = {"bit_generator": "MT19937", "state": {"key": np.arange(624, dtype=np.uint32), "pos": 624}}
+    assert same_rng(mt, mt) and not same_rng(mt, mt2), "arrays inside: not compared (set again), no error"
+    assert not same_rng(None, a.rng) and same_rng(None, None)
+
+
 def test_classic_state_of_the_wrong_length_is_refused(make_inline):
     env = make_inline("CartPole-v1")
     state, _, _ = env.reset(seed=0)

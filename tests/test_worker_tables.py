@@ -42,24 +42,33 @@ def slab() -> Iterator[Any]:
 def _send(states: list[State], table: Table, worker: HeldStates, slab: Any) -> tuple[list[State] | None, dict, list]:
     """Pack ``states`` for ``worker`` as a chunk does, and unpack them there; (its states, the remainder, keeps)."""
     w = ArrayWriter(slab)
-    rest, keeps = pack_held(states, w, "in_", table, 32)
+    rest, _, keeps = pack_held(states, w, "in_", table, 32)
     rest = pickle.loads(pickle.dumps(rest))  # as it travels
     got, fresh = unpack_held(rest, read_columns(slab, w.layout), "in_", len(states), worker)
-    if got is not None and fresh:
-        worker.keep(rest, fresh)
+    if got is not None and rest.get("keep"):
+        worker.keep(rest, [fresh[j] for j in rest["keep"]])
     return got, rest, keeps
+
+
+def _held(states: list[State], table: Table, worker: HeldStates, slab: Any) -> None:
+    """Send ``states`` twice (the second time they are kept) and confirm: the worker holds them."""
+    _send(states, table, worker, slab)
+    _, _, keeps = _send(states, table, worker, slab)
+    table.confirm(keeps)
 
 
 def _fields(s: State) -> tuple:
     return s.kind, s.sim.tolist(), s.extra, s.rng, s.wrappers
 
 
-def test_a_state_travels_as_a_key_only_once_the_worker_answered_the_chunk_that_brought_it(slab: Any) -> None:
+def test_a_state_is_kept_the_second_time_it_is_sent_and_named_by_key_once_the_worker_answered(slab: Any) -> None:
     table, worker, states = Table(), HeldStates(), _states(3)
     got, rest, keeps = _send([states[0], states[1], states[0], states[2]], table, worker, slab)
-    assert rest["refs"] == [~0, ~1, ~0, ~2] and [k for _, k, *_ in keeps] == [0, 1, 2], "each state packed once"
+    assert "refs" not in rest and rest["index"] == [0, 1, 0, 2] and keeps == [], "sent once: each packed once, none kept"
     assert got is not None and got[0] is got[2]
     assert [_fields(s) for s in got] == [_fields(states[k]) for k in (0, 1, 0, 2)]
+    _, rest, keeps = _send([states[0], states[1], states[0], states[2]], table, worker, slab)
+    assert rest["refs"] == [~0, ~1, ~0, ~2] and rest["keep"] == [0, 1, 2] and [k for _, k, *_ in keeps] == [0, 1, 2]
     _, rest, _ = _send(states, table, worker, slab)
     assert rest["refs"] == [~0, ~1, ~2], "not answered yet: sent whole again"
     table.confirm(keeps)
@@ -70,8 +79,7 @@ def test_a_state_travels_as_a_key_only_once_the_worker_answered_the_chunk_that_b
 
 def test_a_state_given_a_new_field_or_sim_is_sent_whole_again(slab: Any) -> None:
     table, worker, states = Table(), HeldStates(), _states(4)
-    _, _, keeps = _send(states, table, worker, slab)
-    table.confirm(keeps)
+    _held(states, table, worker, slab)
     states[0].rng = {"seed": 0}  # equal, but another object: what the worker holds may differ from it
     states[1].wrappers = (1,)
     states[2].sim = np.zeros(4)
@@ -83,10 +91,8 @@ def test_a_state_given_a_new_field_or_sim_is_sent_whole_again(slab: Any) -> None
 def test_keys_past_the_tables_cap_are_not_used_and_the_worker_forgets_them(slab: Any) -> None:
     table, worker, states = Table(), HeldStates(), _states(6)
     table.cap = 4
-    _, _, keeps = _send(states[:3], table, worker, slab)
-    table.confirm(keeps)
-    _, _, keeps = _send(states[3:], table, worker, slab)  # keys 3..5: the worker keeps 2..5
-    table.confirm(keeps)
+    _held(states[:3], table, worker, slab)
+    _held(states[3:], table, worker, slab)  # keys 3..5: the worker keeps 2..5
     assert sorted(worker.states) == [2, 3, 4, 5]
     _, rest, _ = _send(states, table, worker, slab)
     assert rest["refs"] == [~0, ~1, 2, 3, 4, 5]
@@ -94,8 +100,7 @@ def test_keys_past_the_tables_cap_are_not_used_and_the_worker_forgets_them(slab:
 
 def test_a_worker_answers_none_for_a_key_it_does_not_hold_and_a_new_table_starts_empty(slab: Any) -> None:
     table, worker, states = Table(), HeldStates(), _states(2)
-    _, _, keeps = _send(states, table, worker, slab)
-    table.confirm(keeps)
+    _held(states, table, worker, slab)
     replacement = HeldStates()
     got, _, _ = _send(states, table, replacement, slab)
     assert got is None, "a replacement holds nothing"
@@ -141,7 +146,8 @@ def test_a_rollout_from_states_sent_before_equals_inline(envs: tuple[Any, Any]) 
     inline, process = envs
     states, _ = _start(inline, 12)
     seqs = np.random.default_rng(1).integers(0, 2, (12, 5))
-    process.step_batch(np.zeros(12, dtype=np.int64), states)
+    for _ in range(2):  # kept the second time
+        process.step_batch(np.zeros(12, dtype=np.int64), states)
     by_key = process.stats["states_by_key"]
     got = process.rollout_batch(states, seqs, dt=2)
     want = inline.rollout_batch(pickle.loads(pickle.dumps(states)), seqs, dt=2)

@@ -26,6 +26,7 @@ __all__ = [
     "bind",
     "get_rng_state",
     "register_adapter",
+    "same_rng",
     "set_rng_state",
 ]
 
@@ -38,6 +39,23 @@ def get_rng_state(generator: np.random.Generator) -> dict:
 def set_rng_state(generator: np.random.Generator, state: dict) -> None:
     """Restore a bit-generator state captured by :func:`get_rng_state`."""
     generator.bit_generator.state = state
+
+
+def same_rng(a: dict | None, b: dict | None) -> bool:
+    """Whether two RNG states are one value: the same object, or equal dicts.
+
+    Setting a PCG64 state takes ~3.9 us, comparing two ~0.4: a batch whose states came from several
+    chunks (or a worker's table and a chunk) carries equal RNG dicts that are not one object. A dict
+    with an array inside (MT19937's key) compares as not equal: it is set again.
+    """
+    if a is b:
+        return True
+    if a is None or b is None:
+        return False
+    try:
+        return bool(a == b)
+    except ValueError:
+        return False
 
 
 class Adapter:
@@ -203,7 +221,7 @@ class Adapter:
 
         def restore(state: State) -> None:
             rng = state.rng
-            if rng is not None and rng is not self._rng_known:
+            if rng is not None and rng is not self._rng_known and not same_rng(rng, self._rng_known):
                 general(state)
                 return
             set_sim(state.sim, state.extra)
@@ -266,7 +284,7 @@ class Adapter:
         """
         self.set_sim(state.sim, state.extra)
         rng = state.rng
-        if rng is not None and not (rng is self._rng_known and not self._draws):
+        if rng is not None and (self._draws or not same_rng(rng, self._rng_known)):
             gen = self.u._np_random
             if gen is None:  # never reset nor seeded
                 gen = self.u._np_random = np.random.Generator(getattr(np.random, rng["bit_generator"])())

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from plan_parallel.state.ale_sticky import sticky_quiet_step, take_over_stickiness
-from plan_parallel.state.core import Adapter, State, register_adapter
+from plan_parallel.state.core import Adapter, State, register_adapter, same_rng
 from plan_parallel.state.mujoco_copy import state_copiers
 from plan_parallel.state.sim_blobs import register_sim_blobs
 from plan_parallel.state.wrappers import direct_step
@@ -156,7 +156,7 @@ class ClassicControlAdapter(Adapter):
 
         def restore(state: State) -> None:
             rng = state.rng
-            if rng is not None and rng is not self._rng_known:
+            if rng is not None and rng is not self._rng_known and not same_rng(rng, self._rng_known):
                 compiled_restore(state)
                 return
             u.state = state.sim

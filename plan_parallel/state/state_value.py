@@ -58,7 +58,7 @@ class State:
         self._sim = sim
         self._blob: bytes | None = None
         self._checked: Any = None  # the token(s) of the checks it passed, or of the envs that made it (validate_each)
-        self._held: dict | None = None  # the workers' tables holding it: {table id: its key and fields} (wire.held)
+        self._held: Any = None  # the workers' tables holding it: {table id: its key and fields}, or SENT_ONCE (wire.held)
         self.extra = extra
         self.rng = rng
         self.wrappers = wrappers

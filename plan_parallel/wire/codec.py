@@ -11,7 +11,7 @@ all of it can be tested in one process.
 """
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from itertools import accumulate
 from typing import Any
@@ -192,11 +192,12 @@ def encode(job: Job, lo: int, hi: int, per_item_out: int, acquire: Callable[[int
     req_seeds = None if seeds is None or w.put_array("seeds", seeds[lo:hi]) else seeds[lo:hi]
     packed: Any = None
     keeps: list[tuple] = []
+    whole: Sequence[State] = ()  # the states sent whole
     if sub_states is not None:
         if with_obs or job.keys is not None:
-            packed = pack_states(sub_states, w, "in_", with_obs=with_obs)
+            packed, whole = pack_states(sub_states, w, "in_", with_obs=with_obs), sub_states
         else:
-            packed, keeps = pack_held(sub_states, w, "in_", table, per_sim)
+            packed, whole, keeps = pack_held(sub_states, w, "in_", table, per_sim)
     req = ChunkRequest(
         n=m, first_index=lo, slab=None if slab is None else slab.name, slab_size=0 if slab is None else slab.size,
         layout=w.layout, out_offset=-(-w.pos // ALIGN) * ALIGN, actions=req_actions, dt=req_dt, seeds=req_seeds,
@@ -204,8 +205,7 @@ def encode(job: Job, lo: int, hi: int, per_item_out: int, acquire: Callable[[int
         obs_out=None if obs_to is None else _rows_at(obs_to, lo), kept=None if job.keys is None else job.keys[lo:hi].tolist(),
         timeout=timeout,
         # (states a worker holds passed its check, or the one this token stands for, before it kept them)
-        validated=sub_states is not None and trust is not None and checked_by(
-            [k[0] for k in keeps] if "held" in packed else sub_states, trust),
+        validated=sub_states is not None and trust is not None and checked_by(whole, trust),
     )
     return req, slab, keeps
 

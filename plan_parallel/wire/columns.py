@@ -22,7 +22,7 @@ __all__ = ["INFO_PREFIX", "OUTCOMES", "listed_rows", "pack_infos", "pack_outcome
 INFO_PREFIX = "info:"  # the slab column of the j-th info key that pack_infos put there is this + str(j)
 
 
-def pack_states(states: Sequence[State], w: ArrayWriter, prefix: str, with_obs: bool) -> dict[str, Any]:
+def pack_states(states: Sequence[State], w: ArrayWriter, prefix: str, with_obs: bool, unique: bool = False) -> dict[str, Any]:
     """Split states into array columns (written to ``w``) and a picklable remainder.
 
     Simulator values that do not fit the slab travel in the remainder: a family's bytes forms as
@@ -30,14 +30,15 @@ def pack_states(states: Sequence[State], w: ArrayWriter, prefix: str, with_obs: 
 
     A state object listed more than once (N items from one start) is packed once; the
     remainder's ``"index"`` then maps each item to it, and :func:`unpack_states` lists
-    one object for those items again.
+    one object for those items again. ``unique``: the caller knows no object is listed twice.
     """
     rest: dict[str, Any] = {}
-    unique = list({id(s): s for s in states}.values())  # first-seen order
-    if len(unique) < len(states):
-        at = {id(s): k for k, s in enumerate(unique)}
-        rest["index"] = [at[id(s)] for s in states]
-        states = unique
+    if not unique:
+        firsts = list({id(s): s for s in states}.values())  # first-seen order
+        if len(firsts) < len(states):
+            at = {id(s): k for k, s in enumerate(firsts)}
+            rest["index"] = [at[id(s)] for s in states]
+            states = firsts
     rest.update({
         "kind": states[0].kind if states else "",
         "extra": [s.extra for s in states],

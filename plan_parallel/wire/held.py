@@ -2,11 +2,15 @@
 
 A planner sends the same states again and again (the roots of its searches, a
 batch's start states call after call). Each process worker keeps the states its
-chunks brought, in a table of at most ``cap`` of them, keyed by numbers the
-calling process gives out in order (:class:`Table`); a chunk then lists a state
-that worker holds by its key (``"refs"`` in :func:`pack_held`'s remainder)
-instead of packing and pickling it (CartPole: ~0.7 us of the calling process's
-CPU a state, and the worker's unpacking).
+chunks brought the second time they were sent, in a table of at most ``cap`` of
+them, keyed by numbers the calling process gives out in order (:class:`Table`);
+a chunk then lists a state that worker holds by its key (``"refs"`` in
+:func:`pack_held`'s remainder) instead of packing and pickling it (CartPole:
+~0.7 us of the calling process's CPU a state, and the worker's unpacking). A
+state sent once is only noted as such (:data:`SENT_ONCE`): most states are sent
+once (a beam's, a search's leaves), and keeping each one, marks and all, cost
+more than it saved (CartPole B=512 passing each call's states to the next, paired:
+0.935x of the speed without tables when every state was kept).
 
 Nothing here is trusted blindly. A key is only used once the worker answered the
 chunk that brought its state (:meth:`Table.confirm`), and only while the state's
@@ -30,6 +34,7 @@ from plan_parallel.wire.slabs import ArrayWriter
 __all__ = ["NOT_HELD", "HeldStates", "Table", "pack_held", "unpack_held"]
 
 NOT_HELD = "not held"  # a worker's answer to a chunk that refers to a state it does not hold
+SENT_ONCE = "sent once"  # State._held of a state sent to a worker once (not kept): kept the next time
 
 TABLE_BYTES = 32 << 20  # what a worker's table may keep, roughly: cap = this ÷ (a state's simulator bytes + 1 KB)
 MIN_CAP, MAX_CAP = 256, 65536
@@ -51,57 +56,75 @@ class Table:
         self.next_key = 0
         self.cap = 0  # set by the first chunk, from its states' size
 
-    def refs(self, states: Sequence[State]) -> tuple[list[int], list[State]]:
+    def refs(self, states: Sequence[State]) -> tuple[list[int], list[State], list[int]]:
         """Each state's reference for the worker: its key where the worker holds it as it is now, else ``~j``
-        for the j-th of the states it does not hold (each listed once, in first-seen order); and those states.
+        for the j-th of the states it does not hold (each listed once, in first-seen order); those states; and
+        which of them the worker is to keep (the ones sent before: see :data:`SENT_ONCE`).
 
         (One loop, no call a state: CartPole B=512, 0.78 -> ~0.2 us a state of the caller's encoding.)
         """
         tid, oldest = self.id, self.next_key - self.cap
         refs: list[int] = []
         fresh: list[State] = []
+        kept: list[int] = []
         fresh_at: dict[int, int] = {}
         for s in states:
             marks = s._held
-            m = None if marks is None else marks.get(tid)
-            if m is not None and m[0] >= oldest and m[1] is s.extra and m[2] is s.rng and m[3] is s.wrappers:
-                refs.append(m[0])
-                continue
+            if marks is None:
+                s._held = SENT_ONCE
+                keep = False
+            elif marks is SENT_ONCE:
+                keep = True
+            else:
+                m = marks.get(tid)
+                if m is not None and m[0] >= oldest and m[1] is s.extra and m[2] is s.rng and m[3] is s.wrappers:
+                    refs.append(m[0])
+                    continue
+                keep = True
             j = fresh_at.get(id(s))
             if j is None:
                 j = fresh_at[id(s)] = len(fresh)
                 fresh.append(s)
+                if keep:
+                    kept.append(j)
             refs.append(~j)
-        return refs, fresh
+        return refs, fresh, kept
 
     def confirm(self, sent: list[tuple]) -> None:
         """The worker answered the chunk that brought these ``(state, key, extra, rng, wrappers)``: it holds them."""
         tid = self.id
         for s, *mark in sent:
-            if s._held is None:
+            if type(s._held) is not dict:
                 s._held = {}
             s._held[tid] = tuple(mark)
 
 
 def pack_held(states: Sequence[State], w: ArrayWriter, prefix: str, table: Table | None,
-              sim_bytes: int) -> tuple[dict[str, Any], list[tuple]]:
+              sim_bytes: int) -> tuple[dict[str, Any], Sequence[State], list[tuple]]:
     """:func:`~plan_parallel.wire.columns.pack_states` of the states ``table``'s worker does not hold, and the
-    keys of those it holds; and the ``(state, key, extra, rng, wrappers)`` it is asked to keep under new keys.
+    keys of those it holds; those states (sent whole: the ones to check); and the ``(state, key, extra, rng,
+    wrappers)`` it is asked to keep under new keys.
 
     ``sim_bytes``: a state's simulator bytes (the table's size, on its first chunk). Without a table: as
     ``pack_states``, keeping nothing.
     """
     if table is None:
-        return pack_states(states, w, prefix, with_obs=False), []
+        return pack_states(states, w, prefix, with_obs=False), states, []
     if not table.cap:
         table.cap = max(MIN_CAP, min(MAX_CAP, TABLE_BYTES // (sim_bytes + 1024)))
-    refs, fresh = table.refs(states)
-    rest = pack_states(fresh, w, prefix, with_obs=False)
+    refs, fresh, kept = table.refs(states)
+    rest = pack_states(fresh, w, prefix, with_obs=False, unique=True)
+    if not kept and (len(fresh) == len(refs) or all(r < 0 for r in refs)):
+        # every state sent whole and none to keep (the first time each is sent): as pack_states sends them
+        if len(fresh) < len(refs):
+            rest["index"] = [~r for r in refs]
+        return rest, fresh, []
     first = table.next_key
-    table.next_key += len(fresh)
+    table.next_key += len(kept)
     rest["refs"] = refs
     rest["held"] = (table.id, first, table.cap)
-    return rest, [(s, first + j, s.extra, s.rng, s.wrappers) for j, s in enumerate(fresh)]
+    rest["keep"] = kept
+    return rest, fresh, [(s, first + i, s.extra, s.rng, s.wrappers) for i, s in enumerate(fresh[j] for j in kept)]
 
 
 class HeldStates:

@@ -114,8 +114,8 @@ class Server:
                 return None
             if not req.validated:
                 self.env.validate_all(states, req.first_index, req.index_errors)
-            if fresh:
-                self.held.keep(req.states, fresh)
+            if req.states.get("keep"):
+                self.held.keep(req.states, [fresh[j] for j in req.states["keep"]])  # type: ignore[index]
         actions = cols.get("actions", req.actions)
         dt = cols.get("dt", req.dt)
         seeds = cols.get("seeds", req.seeds) if req.has_seeds else None
