@@ -47,6 +47,16 @@ def make_inline() -> Iterator[Callable[..., pp.PlanEnv]]:
         e.close()
 
 
+@pytest.fixture(scope="module")
+def cartpole_pair() -> Iterator[tuple[pp.PlanEnv, Any]]:
+    """CartPole inline, and on 2 process workers with every batch on them (a module's pair)."""
+    inline = pp.make("CartPole-v1", backend="inline")
+    process = pp.make("CartPole-v1", backend="process", n_workers=2, small_batch_inline=False)
+    yield inline, process
+    process.close()
+    inline.close()
+
+
 @pytest.fixture(scope="session")
 def fresh_process() -> Iterator[ProcessPoolExecutor]:
     """An executor whose every task runs in a new spawned process (one task per child).

@@ -11,28 +11,17 @@ that results stay equal to inline's, and that a state changed through its
 from __future__ import annotations
 
 import pickle
-from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 import pytest
 
-import plan_parallel as pp
 from plan_parallel.errors import StateError
 from tests.helpers import assert_batches_equal
 
 pytestmark = [pytest.mark.timeout(120), pytest.mark.usefixtures("no_leaks_module")]
 
 N = 6
-
-
-@pytest.fixture(scope="module")
-def envs() -> Iterator[tuple[Any, Any]]:
-    inline = pp.make("CartPole-v1", backend="inline")
-    process = pp.make("CartPole-v1", backend="process", n_workers=2, small_batch_inline=False)
-    yield inline, process
-    process.close()
-    inline.close()
 
 
 def _start(inline: Any) -> tuple[list, np.ndarray]:
@@ -49,8 +38,8 @@ def _copies(states: Any) -> list:
     return pickle.loads(pickle.dumps(list(states)))
 
 
-def test_states_are_checked_once_and_those_the_workers_return_are_not_checked(envs: tuple[Any, Any]) -> None:
-    inline, process = envs
+def test_states_are_checked_once_and_those_the_workers_return_are_not_checked(cartpole_pair: tuple[Any, Any]) -> None:
+    inline, process = cartpole_pair
     states, actions = _start(inline)
     checked = process.stats["states_checked"]
     first = process.step_batch(actions, states)
@@ -72,8 +61,8 @@ def test_states_are_checked_once_and_those_the_workers_return_are_not_checked(en
     assert process.stats["states_checked"] == checked + 2 * N
 
 
-def test_a_state_whose_sim_was_replaced_is_checked_again_and_refused_as_inline_refuses_it(envs: tuple[Any, Any]) -> None:
-    inline, process = envs
+def test_a_state_whose_sim_was_replaced_is_checked_again_and_refused_as_inline_refuses_it(cartpole_pair: tuple[Any, Any]) -> None:
+    inline, process = cartpole_pair
     states, actions = _start(inline)
     batch = process.step_batch(actions, states)
     bad = list(batch.states)
@@ -89,9 +78,9 @@ def test_a_state_whose_sim_was_replaced_is_checked_again_and_refused_as_inline_r
     assert_batches_equal(good, inline.step_batch(actions, _copies(batch.states)))
 
 
-def test_a_state_passed_to_two_envs_in_turn_is_checked_once_by_each(envs: tuple[Any, Any]) -> None:
+def test_a_state_passed_to_two_envs_in_turn_is_checked_once_by_each(cartpole_pair: tuple[Any, Any]) -> None:
     """A state keeps the tokens of several envs' checks: another env's check does not erase the workers'."""
-    inline, process = envs
+    inline, process = cartpole_pair
     states, actions = _start(inline)
     states = _copies(states)  # not made by the inline env: its own check marks them too
     checked = process.stats["states_checked"]

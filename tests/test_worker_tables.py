@@ -111,15 +111,6 @@ def test_a_worker_answers_none_for_a_key_it_does_not_hold_and_a_new_table_starts
 
 
 # =========================================================================== the process backend
-@pytest.fixture(scope="module")
-def envs() -> Iterator[tuple[Any, Any]]:
-    inline = pp.make("CartPole-v1", backend="inline")
-    process = pp.make("CartPole-v1", backend="process", n_workers=2, small_batch_inline=False)
-    yield inline, process
-    process.close()
-    inline.close()
-
-
 def _start(inline: Any, n: int) -> tuple[list, np.ndarray]:
     state, _, _ = inline.reset(seed=5)
     states = [state]
@@ -129,8 +120,8 @@ def _start(inline: Any, n: int) -> tuple[list, np.ndarray]:
     return states, rng.integers(0, 2, n)
 
 
-def test_states_sent_again_travel_as_keys_and_results_equal_inline(envs: tuple[Any, Any]) -> None:
-    inline, process = envs
+def test_states_sent_again_travel_as_keys_and_results_equal_inline(cartpole_pair: tuple[Any, Any]) -> None:
+    inline, process = cartpole_pair
     states, actions = _start(inline, 40)
     by_key = process.stats["states_by_key"]
     for _ in range(4):
@@ -142,8 +133,8 @@ def test_states_sent_again_travel_as_keys_and_results_equal_inline(envs: tuple[A
     assert process.stats["states_by_key"] > by_key + 40, "the states sent before travelled as keys"
 
 
-def test_a_rollout_from_states_sent_before_equals_inline(envs: tuple[Any, Any]) -> None:
-    inline, process = envs
+def test_a_rollout_from_states_sent_before_equals_inline(cartpole_pair: tuple[Any, Any]) -> None:
+    inline, process = cartpole_pair
     states, _ = _start(inline, 12)
     seqs = np.random.default_rng(1).integers(0, 2, (12, 5))
     for _ in range(2):  # kept the second time

@@ -17,7 +17,7 @@ chunk that brought its state (:meth:`Table.confirm`), and only while the state's
 fields are the very objects that were sent. A worker that does not hold a key it
 is sent (a replacement, one that reset its table) answers :data:`NOT_HELD`, and
 the chunk is sent again with every state, under a new table
-(:meth:`~plan_parallel.batch.feeder.Feeder.resend`). The worker keeps the ``cap``
+(:meth:`~plan_parallel.batch.feeder.Feeder.resent`). The worker keeps the ``cap``
 latest keys, and the calling process uses no older one, so an evicted key is
 never asked for.
 """
@@ -150,7 +150,8 @@ class HeldStates:
         return out
 
     def keep(self, rest: dict[str, Any], fresh: list[State]) -> None:
-        """Hold ``fresh`` (checked already) under the keys the chunk gave them; forget keys beyond the cap."""
+        """Hold ``fresh`` (checked already: the chunk's ``rest["keep"]``) under the keys the chunk gave them;
+        forget keys beyond the cap."""
         _, first, cap = rest["held"]
         held = self.states
         for j, s in enumerate(fresh):
@@ -162,8 +163,8 @@ class HeldStates:
 
 def unpack_held(rest: dict[str, Any], cols: dict, prefix: str, n: int,
                 table: HeldStates) -> tuple[list[State] | None, list[State]]:
-    """The ``n`` states of a chunk (:func:`pack_held`), and the fresh ones to keep once checked; None for the
-    states when the chunk refers to one ``table`` does not hold."""
+    """The ``n`` states of a chunk (:func:`pack_held`), and those it brought whole (``rest["keep"]`` says which
+    to keep once checked); None for the states when the chunk refers to one ``table`` does not hold."""
     if "held" not in rest:
         return unpack_states(rest, cols, prefix, n), []
     fresh = unpack_states(rest, cols, prefix, len(rest["extra"]))
