@@ -82,7 +82,7 @@ def test_a_decoded_state_reserves_room_for_its_bytes_in_the_chunk_slab(
         asked.append(size)
         return Slab.create(size)
 
-    req, slab = encode(Job(4, np.zeros(4, dtype=np.int64), [s0] * 4, 1, None), 0, 4, 0, acquire)
+    req, slab, _ = encode(Job(4, np.zeros(4, dtype=np.int64), [s0] * 4, 1, None), 0, 4, 0, acquire)
     assert slab is not None
     try:
         assert asked[0] >= 4 * len(s0.sim_blob()), "no room was reserved for the input states' bytes"
