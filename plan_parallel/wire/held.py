@@ -36,7 +36,9 @@ __all__ = ["NOT_HELD", "HeldStates", "Table", "pack_held", "unpack_held"]
 NOT_HELD = "not held"  # a worker's answer to a chunk that refers to a state it does not hold
 SENT_ONCE = "sent once"  # State._held of a state sent to a worker once (not kept): kept the next time
 
-TABLE_BYTES = 32 << 20  # what a worker's table may keep, roughly: cap = this ÷ (a state's simulator bytes + 1 KB)
+# What a worker's table may keep of simulator values, roughly: cap = this ÷ (a state's simulator bytes + 1 KB).
+# (A restored ALE state keeps its decoded form as well: a full Pong table took 56 MB of a worker's memory.)
+TABLE_BYTES = 32 << 20
 MIN_CAP, MAX_CAP = 256, 65536
 
 _table_ids = itertools.count(1)  # process-wide: a state's marks name the table, and a table is one worker's, once
