@@ -21,7 +21,7 @@ from plan_parallel.wire.gather import RolloutGather, StepGather
 from plan_parallel.wire.held import NOT_HELD, Table
 from plan_parallel.wire.leases import Lease, LeasePool, row_layout
 from plan_parallel.wire.messages import Call, ChunkReply, Op, call_wire
-from plan_parallel.wire.slabs import SlabPool, read_columns
+from plan_parallel.wire.slabs import Slab, SlabPool, read_columns
 from plan_parallel.workers.cores import current_core, feed_order
 
 __all__ = ["QUEUED_PER_WORKER", "Feeder"]
@@ -124,19 +124,22 @@ class Feeder:
 
     def chunk(self, fut: BatchFuture, call_id: int, slot: Slot) -> Part:
         """``fut``'s next chunk as a part for ``slot``'s worker (still pending in ``fut`` until the pool has queued it)."""
+        job = fut.job
+        assert job is not None
         lo, hi = fut.pending[0]
         shared_memory = slot.worker.uses_shared_memory
         lease = fut.lease if shared_memory else None
-        part = Part(Call(call_id, fut.job.op), fut, lo, hi, cost=fut.job.cost(lo, hi), needs=fut.job.start)  # type: ignore[union-attr]
-        part.call, part.slab, part.table, part.keeps = self._encoded(part, slot.table, shared_memory, lease)
+        call, slab, keeps = self._encoded(fut, lo, hi, call_id, slot.table, shared_memory, lease)
+        part = Part(call, fut, lo, hi, slab, cost=job.cost(lo, hi), needs=job.start, table=slot.table, keeps=keeps)
         if lease is not None:
             part.lease = lease
             lease.add_writer()
         return part
 
-    def _encoded(self, part: Part, table: Table | None, shared_memory: bool, lease: Lease | None) -> tuple:
-        """The call, slab, table and states to hold of ``part``'s chunk (see :func:`~plan_parallel.wire.codec.encode`)."""
-        fut, lo, hi = part.future, part.lo, part.hi
+    def _encoded(self, fut: BatchFuture, lo: int, hi: int, call_id: int, table: Table | None, shared_memory: bool,
+                 lease: Lease | None) -> tuple[Call, Slab | None, list[tuple]]:
+        """The call of chunk lo..hi of ``fut``, its slab and the states its worker is to hold (see
+        :func:`~plan_parallel.wire.codec.encode`)."""
         job = fut.job
         assert job is not None
         per_out = self._out_per_item.get(_results_kind(job))
@@ -149,7 +152,7 @@ class Feeder:
         refs = req.states.get("refs") if req.states is not None else None
         if refs:
             self.stats["states_by_key"] += len(refs) - len(keeps)
-        return Call(part.call.id, job.op, (req,)), slab, table if keeps else None, keeps
+        return Call(call_id, job.op, (req,)), slab, keeps
 
     def resent(self, slot: Slot, part: Part, answer: Any) -> bool:
         """Whether ``slot``'s worker answered ``part`` :data:`~plan_parallel.wire.held.NOT_HELD` (it does not hold
@@ -158,9 +161,10 @@ class Feeder:
         if type(answer) is not str or answer != NOT_HELD or part.future.settled:
             return False
         with ctrl_c_deferred():  # the part's call, slab and bytes change together, or not at all
-            slot.table = Table()
+            table = slot.table = Table()
             old = part.slab
-            call, slab, table, keeps = self._encoded(part, slot.table, slot.worker.uses_shared_memory, part.lease)
+            call, slab, keeps = self._encoded(part.future, part.lo, part.hi, part.call.id, table,
+                                              slot.worker.uses_shared_memory, part.lease)
             part.call, part.slab, part.table, part.keeps, part.data = call, slab, table, keeps, dumps(call_wire(call))
             if old is not None:
                 self.slabs.release(old)  # the worker answered without writing it
@@ -181,8 +185,8 @@ class Feeder:
         assert gather is not None, "a batch's chunk is gathered"
         gather.absorb(part.lo, part.hi, reply, read_columns(part.slab, reply.layout, views=gather.views), self.trust)
         self.stats["states_checked"] += reply.checked
-        if part.table is not None and part.keeps:
-            part.table.confirm(part.keeps)
+        if part.keeps:  # (only a part with a table has any)
+            part.table.confirm(part.keeps)  # type: ignore[union-attr]
         job = part.future.job
         if reply.checked and job is not None and job.states is not None:
             mark_checked(job.states[part.lo:part.hi], self.trust)

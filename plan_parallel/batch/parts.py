@@ -49,7 +49,7 @@ class Part:
     lease: Any = None  # the batch's Lease this part's worker writes observations into (wire.leases)
     cost: int = 0  # env steps at most, for chunk sizing
     needs: State | None = None  # the held state this part starts from (states=None)
-    table: Table | None = None  # the worker's table its chunk refers to (wire.held)
+    table: Table | None = None  # the table of the worker it was encoded for (wire.held)
     keeps: list = field(default_factory=list)  # what the worker is to hold once it answers (Table.confirm)
     holds: State | None = None  # the state a set_state part leaves the worker holding
     shared: tuple = ()  # values sent once for many workers (Ray's object store)

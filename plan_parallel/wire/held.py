@@ -159,7 +159,7 @@ class HeldStates:
         for j, s in enumerate(fresh):
             held[first + j] = s
         oldest = first + len(fresh) - cap
-        for key in [k for k in itertools.takewhile(lambda k: k < oldest, held)]:
+        for key in list(itertools.takewhile(lambda k: k < oldest, held)):
             del held[key]
 
 
