@@ -11,18 +11,21 @@ figures it bounds:
 - :class:`RawCrew`: W processes that each run the raw loop of a bench row, a
   contestant timed in alternation with the others, so each row has its own
   ceiling (the crew's items/s over the raw loop's) and the CPU an item costs
-  when every core is busy.
+  when every core is busy;
+- :func:`pipe_round_trip`: the floor under a worker call's round trip.
 """
 from __future__ import annotations
 
 import multiprocessing as mp
+import os
+import select
 import statistics
 import time
 from typing import Any
 
 from plan_parallel.bench import make_workload, raw_loop
 
-__all__ = ["RawCrew", "parallel_ceiling"]
+__all__ = ["RawCrew", "parallel_ceiling", "pipe_round_trip"]
 
 
 def _context() -> Any:
@@ -53,6 +56,43 @@ def parallel_ceiling(workers: int, n: int = 2_000_000, repeats: int = 3) -> floa
             both = time.perf_counter() - t0
             ratios.append(workers * alone / both)
     return statistics.median(ratios)
+
+
+def _echo(conn: Any) -> None:
+    """Send back each message until an empty one."""
+    while msg := conn.recv_bytes():
+        conn.send_bytes(msg)
+
+
+def pipe_round_trip(calls: int = 2000) -> float:
+    """Median seconds of a bare round trip between two Python processes here, right now.
+
+    100 bytes go through a pipe to a process blocked reading it (as a worker waits for its next call)
+    and come back to this one, which polls for them (as the pool waits for a reply that is due): the
+    floor under a worker call's round trip, with no env, no pickling and no plan_parallel.
+    """
+    ctx = _context()
+    here, there = ctx.Pipe()
+    child = ctx.Process(target=_echo, args=(there,), daemon=True)
+    child.start()
+    pause = getattr(os, "sched_yield", lambda: time.sleep(0))
+    try:
+        poller = select.poll()
+        poller.register(here.fileno(), select.POLLIN)
+        msg, times = bytes(100), []
+        for _ in range(calls):
+            t0 = time.perf_counter()
+            here.send_bytes(msg)
+            while not poller.poll(0):
+                pause()
+            here.recv_bytes()
+            times.append(time.perf_counter() - t0)
+        return statistics.median(times[calls // 10:])  # the first ones wake a cold process
+    finally:
+        here.send_bytes(b"")
+        child.join(5)
+        if child.is_alive():
+            child.kill()
 
 
 _RAW: dict[str, Any] = {}  # in a pool process of this module: its raw loop

@@ -3,15 +3,15 @@ from __future__ import annotations
 
 import statistics
 import time
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from plan_parallel.bench import make_workload, raw_loop
-from plan_parallel.bench_ceiling import RawCrew, parallel_ceiling
-from plan_parallel.bench_timing import Timing, calls_lasting, measure
+from plan_parallel.bench_ceiling import RawCrew, parallel_ceiling, pipe_round_trip
+from plan_parallel.bench_timing import Timing, calls_lasting, measure, process_cpu_seconds
 
-__all__ = ["CASES", "bench_process", "cpu_bound", "fixed_cost"]
+__all__ = ["CASES", "RoundTrip", "bench_process", "cpu_bound", "fixed_cost"]
 
 # (label, env id, kwargs): Pong with RGB observations and frameskip 1, as the issue asks.
 CASES: list[tuple[str, str, dict[str, Any]]] = [
@@ -34,15 +34,26 @@ def cpu_bound(inline: Timing, parallel: Timing, cores: int) -> float:
     return cores * inline.wall / spent if spent > 0 else float("nan")
 
 
-def fixed_cost(env: Any, state: Any, repeats: int) -> float:
-    """Median seconds of a step_batch call with 2 items (dt=1) that cannot run inline."""
+class RoundTrip(NamedTuple):
+    """What a ``step_batch`` call with 2 items that cannot run inline costs (:func:`fixed_cost`)."""
+
+    wall: float  # median seconds of a call
+    caller_cpu: float  # this process's CPU seconds per call (it polls while a reply is due)
+    worker_cpu: float  # the workers' CPU seconds per call (0 where they are not local processes)
+
+
+def fixed_cost(env: Any, state: Any, repeats: int) -> RoundTrip:
+    """The cost of a step_batch call with 2 items (dt=1) that cannot run inline."""
     acts = np.array([env.action_space.sample() for _ in range(2)])
+    pids = getattr(env, "pids", [])
     times = []
+    w0, c0 = process_cpu_seconds(pids), time.process_time()
     for _ in range(max(50, repeats * 10)):
         t0 = time.perf_counter()
         env.step_batch(acts, [state, state], 1)
         times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+    n = len(times)
+    return RoundTrip(statistics.median(times), (time.process_time() - c0) / n, (process_cpu_seconds(pids) - w0) / n)
 
 
 def _async_vector_reference(env_id: str, kw: dict, w: int, steps: int) -> float:
@@ -139,13 +150,15 @@ def bench_process(repeats: int, quick: bool, workers: int,
                         f"{max(t['raw'].walls) / min(t['raw'].walls):>9.2f}"
                         f"  {cpu['process']:>12}  {cpu['workers']:>12}  {_placed(before, proc.stats)}"
                     )
-            fixed.append(f"{label}: {fixed_cost(strict, states[0], repeats) * 1e6:.0f} us")
+            trip = fixed_cost(strict, states[0], repeats)
+            fixed.append(f"{label}: {trip.wall * 1e6:.0f} us ({trip.caller_cpu * 1e6:.0f}/{trip.worker_cpu * 1e6:.0f} us)")
             ref_tps = _async_vector_reference(env_id, kw, workers, 200 if quick else 1000)
             lines.append(f"{label:<15} gymnasium AsyncVectorEnv ({workers} envs, dt=1): {ref_tps:,.0f} items/s")
         finally:
             for e in (ref, proc, strict, raw, crew):
                 if e is not None:
                     e.close()
-    lines.append("round trip of a call with 2 tiny items, always on workers (median): " + "; ".join(fixed))
+    lines.append("round trip of a call with 2 tiny items, always on workers (median; CPU per call, caller/workers): "
+                 + "; ".join(fixed) + f"; a bare pipe round trip between two Python processes: {pipe_round_trip() * 1e6:.0f} us")
     lines.append(f"parallel ceiling at the end: {parallel_ceiling(workers):.2f}x")
     return lines

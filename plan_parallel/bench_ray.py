@@ -74,8 +74,8 @@ def bench_ray(repeats: int, quick: bool, workers: int, address: str | None = Non
                 if "process" in t:
                     row += f" {steps / t['process']:>10,.0f} {t['inline'] / t['process']:>6.2f}"
                 lines.append(row)
-            fixed.append(f"{label}: ray {fixed_cost(on_ray, states[0], repeats) * 1e6:,.0f} us, "
-                         f"process {fixed_cost(proc, states[0], repeats) * 1e6:,.0f} us")
+            fixed.append(f"{label}: ray {fixed_cost(on_ray, states[0], repeats).wall * 1e6:,.0f} us, "
+                         f"process {fixed_cost(proc, states[0], repeats).wall * 1e6:,.0f} us")
         finally:
             for e in (ref, on_ray, proc):
                 e.close()

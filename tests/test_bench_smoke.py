@@ -58,6 +58,21 @@ def test_the_process_suite_prints_each_rows_own_ceiling_beside_its_ratios() -> N
     for r in rows:
         assert 0.0 < float(r[14]) < 8.0, r  # 2 cores' worth of the workers' and the caller's CPU, per inline item
         assert float(r[15]) >= 1.0, r  # the raw loop's slowest sample ÷ its fastest
+    trip = next(ln for ln in lines if ln.startswith("round trip of a call"))
+    wall, caller, workers = re.search(r"CartPole-v1: (\d+) us \((\d+)/(\d+) us\)", trip).groups()  # type: ignore[union-attr]
+    assert int(wall) > 0 and int(caller) > 0 and int(workers) > 0, trip  # the workers ran each call
+    assert re.search(r"a bare pipe round trip between two Python processes: \d+ us$", trip), trip
+
+
+@pytest.mark.timeout(60)
+def test_the_bare_pipe_round_trip_is_timed_against_a_process_it_stops_after() -> None:
+    import multiprocessing as mp
+
+    from plan_parallel.bench_ceiling import pipe_round_trip
+
+    before = set(mp.active_children())
+    assert pipe_round_trip(200) > 0
+    assert set(mp.active_children()) == before  # the echoing process is gone
 
 
 def test_the_cpu_bound_is_the_cores_time_over_the_cpu_an_item_spends_in_every_process() -> None:
