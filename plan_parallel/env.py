@@ -112,7 +112,8 @@ class PlanEnv:
         :func:`~plan_parallel.state.state_value.validate_each`, which words the errors as :func:`check_states` does).
 
         Raises:
-            StateError: ``states[k]: ...`` (unless ``index_errors`` is False), with ``_pp_item``.
+            StateError: ``states[k]: ...`` (unless ``index_errors`` is False), the item marked on it
+                (:func:`~plan_parallel.errors.failed_item`).
         """
         validate_each(states, self._adapter.validate, first_index, index_errors, self._adapter.checker)
 

@@ -21,7 +21,21 @@ __all__ = [
     "WaitTimeoutError",
     "WorkerCrashedError",
     "WorkerTimeoutError",
+    "failed_item",
+    "mark_failed_item",
 ]
+
+_ITEM = "_pp_item"  # the attribute an env error carries: which item of its batch raised it
+
+
+def mark_failed_item(exc: BaseException, index: int) -> None:
+    """Note on ``exc`` (raised by env code, or a check) that item ``index`` of its batch raised it."""
+    setattr(exc, _ITEM, index)
+
+
+def failed_item(exc: BaseException) -> int | None:
+    """The item of its batch ``exc`` came from (:func:`mark_failed_item`); None when not known."""
+    return getattr(exc, _ITEM, None)
 
 
 class PlanParallelError(Exception):

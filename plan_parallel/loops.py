@@ -21,6 +21,7 @@ from typing import Any, NamedTuple
 import numpy as np
 from gymnasium import spaces
 
+from plan_parallel.errors import mark_failed_item
 from plan_parallel.item_rng import item_rng
 from plan_parallel.results import RolloutBatch, stack_observations
 from plan_parallel.state import Adapter, State, StateBatch
@@ -97,7 +98,7 @@ def run_items(
     Python floats, in step order) and stops early at terminated or truncated.
     Returns plain lists ``(states, observations, rewards, terminations,
     truncations, infos)``; the caller stacks them. On an env error, the
-    exception carries the failing item's index as ``_pp_item``.
+    exception carries the failing item's index (:func:`~plan_parallel.errors.failed_item`).
 
     ``held`` is the state the env holds now (one it captured and has not moved
     from since, or None): an item starting from the very object the env holds is
@@ -137,7 +138,7 @@ def run_items(
             out_states[i] = held = capture(None, obs)  # the env moved on: the old held state is not held now
     except Exception as e:
         # Which item failed, for the note the caller adds (worker and item).
-        e._pp_item = i  # type: ignore[attr-defined]
+        mark_failed_item(e, i)
         raise
     return out_states, out_obs, rewards, terms, truncs, infos
 
@@ -165,7 +166,7 @@ def _run_plain(adapter: Adapter, step: Callable[[Any], tuple], states: Sequence[
             infos[i] = {**info, "n_steps": 1} if info else {"n_steps": 1}  # a copy: the env may reuse its dict
             out_states[i] = held = capture(None, out_obs[i])
     except Exception as e:
-        e._pp_item = i  # type: ignore[attr-defined]
+        mark_failed_item(e, i)
         raise
     return out_states, out_obs, rewards, terms, truncs, infos
 
@@ -173,7 +174,8 @@ def _run_plain(adapter: Adapter, step: Callable[[Any], tuple], states: Sequence[
 def step_each(n: int, step: Callable[[int], tuple]) -> tuple[list, list, list, list, list, list]:
     """``step(j)`` for each item j of ``n``, one env step each, returning ``(end state, observation, reward,
     terminated, truncated, info)`` as :meth:`PlanEnv.step_from` does; lists as :func:`run_items` (each info a
-    copy, with ``"n_steps": 1``). On an error the exception carries the failing item's index as ``_pp_item``."""
+    copy, with ``"n_steps": 1``). On an error the exception carries the failing item's index
+    (:func:`~plan_parallel.errors.failed_item`)."""
     ends, obs, rewards, terms, truncs, infos = _item_lists(n)
     j = 0
     try:
@@ -181,7 +183,7 @@ def step_each(n: int, step: Callable[[int], tuple]) -> tuple[list, list, list, l
             ends[j], obs[j], rewards[j], terms[j], truncs[j], info = step(j)
             infos[j] = {**info, "n_steps": 1} if info else {"n_steps": 1}  # a copy: the env may reuse its dict
     except Exception as e:
-        e._pp_item = j  # type: ignore[attr-defined]
+        mark_failed_item(e, j)
         raise
     return ends, obs, rewards, terms, truncs, infos
 
@@ -245,7 +247,7 @@ def run_rollouts(
 
     Raises:
         Exception: whatever the env or the policy raised, carrying the failing
-            item's index (within ``states``) as ``_pp_item``.
+            item's index (within ``states``; :func:`~plan_parallel.errors.failed_item`).
     """
     restore, capture = adapter.restore, adapter.capture
     n = len(states)
@@ -308,7 +310,7 @@ def run_rollouts(
             n_steps[i] = taken_total
             infos[i] = dict(info)  # the env may reuse its info dict
     except Exception as e:
-        e._pp_item = i  # type: ignore[attr-defined]
+        mark_failed_item(e, i)
         raise
     return RolloutParts(out_states, out_obs, rewards, terms, truncs, n_steps, infos, all_states, all_obs)
 

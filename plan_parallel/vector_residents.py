@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from plan_parallel.env import PlanEnv
+from plan_parallel.errors import mark_failed_item
 from plan_parallel.loops import step_each
 from plan_parallel.state import State
 from plan_parallel.vector_groups import Group, RecipeGroups, close_each
@@ -60,11 +61,12 @@ class Residents:
     def run(self, ids: np.ndarray, actions: Any, states: Sequence[State | None], rows: np.ndarray | None = None) -> tuple:
         """One step of sub-envs ``ids`` from ``states`` with their checked ``actions``, each on its own env
         (:meth:`PlanEnv.step_from`; ``rows``: where their observations are made); lists as
-        :meth:`PlanEnv.run_raw`. On an env error the exception carries the failing item's index as ``_pp_item``."""
+        :meth:`PlanEnv.run_raw`. On an env error the exception carries the failing item's index
+        (:func:`~plan_parallel.errors.failed_item`)."""
         try:
             envs = self.of(ids.tolist())
         except Exception as e:  # building a sub-env's env failed: the first item's error, as the loop's
-            e._pp_item = 0  # type: ignore[attr-defined]
+            mark_failed_item(e, 0)
             raise
         return step_each(len(states), lambda j: envs[j].step_from(
             states[j], actions[j], None if rows is None else rows[j]))  # type: ignore[arg-type]  # started

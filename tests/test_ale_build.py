@@ -19,7 +19,7 @@ import pytest
 
 import plan_parallel as pp
 from plan_parallel.factory import EnvFactory
-from plan_parallel.state.ale_sticky import forget_loads, loads_without_stickiness
+from plan_parallel.state.ale_sticky import forget_loads, loads_without_stickiness, sticky_probability, sticky_taken_over
 
 ACTIONS = np.random.default_rng(3).integers(0, 6, size=40)
 
@@ -40,7 +40,7 @@ def test_built_to_bind_the_env_draws_its_stickiness_in_python_from_its_one_load(
     try:
         u = env.unwrapped
         assert _ale_probability(env) == 0.0, "the ROM was loaded with ALE's own stickiness"
-        assert u._pp_sticky_p == 0.25 and "_pp_loaded_at_zero" not in u.__dict__
+        assert sticky_probability(u) == 0.25 and "_pp_loaded_at_zero" not in u.__dict__
     finally:
         env.close()
 
@@ -49,7 +49,7 @@ def test_a_plain_build_keeps_ales_own_stickiness() -> None:
     env = EnvFactory("ALE/Pong-v5")()
     try:
         assert _ale_probability(env) == 0.25
-        assert "_pp_sticky_p" not in env.unwrapped.__dict__
+        assert not sticky_taken_over(env.unwrapped)
     finally:
         env.close()
 
@@ -57,7 +57,7 @@ def test_a_plain_build_keeps_ales_own_stickiness() -> None:
 def test_no_stickiness_asked_for_none_taken_over() -> None:
     env = EnvFactory("ALE/Pong-v5", {"repeat_action_probability": 0.0}).build_to_bind()
     try:
-        assert _ale_probability(env) == 0.0 and "_pp_sticky_p" not in env.unwrapped.__dict__
+        assert _ale_probability(env) == 0.0 and not sticky_taken_over(env.unwrapped)
     finally:
         env.close()
 

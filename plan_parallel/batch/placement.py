@@ -30,6 +30,7 @@ from plan_parallel.batch.future import BatchFuture
 from plan_parallel.batch.pool import WorkerPool
 from plan_parallel.batch.tuner import MIN_CHUNK_SECONDS, Tuner
 from plan_parallel.env import PlanEnv
+from plan_parallel.errors import failed_item
 from plan_parallel.interrupts import ctrl_c_deferred
 from plan_parallel.results import step_batch_of
 from plan_parallel.wire.codec import Job
@@ -238,7 +239,7 @@ class Placement:
             rows = fut.gather.rows_here(lo, hi, local.observation_form())
             out = run_chunk(local, job, lo, hi, rows)
         except Exception as exc:
-            item = getattr(exc, "_pp_item", None)
+            item = failed_item(exc)
             exc.add_note(f"raised in the calling process during {job.op.value}"
                          + (f", at item {lo + item} of the batch" if item is not None else ""))
             with self.pool.lock, ctrl_c_deferred():

@@ -35,7 +35,7 @@ from plan_parallel.batch.at_exit import close_at_exit
 from plan_parallel.batch.feeder import QUEUED_PER_WORKER, Feeder
 from plan_parallel.batch.future import BatchFuture
 from plan_parallel.batch.parts import START_TIMEOUT, Part, Slot, SlotState
-from plan_parallel.errors import ClosedError, WorkerCrashedError, WorkerTimeoutError
+from plan_parallel.errors import ClosedError, WorkerCrashedError, WorkerTimeoutError, failed_item
 from plan_parallel.interrupts import ctrl_c_deferred
 from plan_parallel.state import State
 from plan_parallel.wire.held import Table
@@ -321,7 +321,7 @@ class WorkerPool:
             w = self.slots[i].worker
             error = reraise(reply.error, f"raised in {w.name} during {part.call.op.value}", part.lo)
             part.answered = True
-            fut.fail_at(getattr(error, "_pp_item", None), error)
+            fut.fail_at(failed_item(error), error)
             return
         if fut.settled:
             part.answered = True

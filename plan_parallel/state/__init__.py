@@ -54,7 +54,7 @@ def _adapter(env: Any) -> Adapter:
             )
         _BOUND[env] = adapter
     # The env may have been stepped or reset behind our back: trust nothing cached.
-    adapter._rng_known = None
+    adapter.forget_rng()
     return adapter
 
 

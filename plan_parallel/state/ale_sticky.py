@@ -26,8 +26,9 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["REMEMBERED_LOADS", "draw_sticky_in_python", "forget_loads", "loads_without_stickiness", "sticky_frames",
-           "sticky_quiet_step", "sticky_step", "take_over_stickiness"]
+__all__ = ["REMEMBERED_LOADS", "draw_sticky_in_python", "forget_loads", "loads_without_stickiness", "set_sticky_previous",
+           "sticky_frames", "sticky_previous", "sticky_probability", "sticky_quiet_step", "sticky_step", "sticky_taken_over",
+           "take_over_stickiness"]
 
 _LOADED_AT_ZERO = "_pp_loaded_at_zero"  # an AtariEnv attribute: the sticky probability asked for, ALE's being 0
 REMEMBERED_LOADS = 64  # the states the last ROM loads left (per recipe and seed), this process's
@@ -114,6 +115,26 @@ def take_over_stickiness(u: Any, p: float, reload: bool) -> None:
     u._pp_action_ids = [a.value for a in u._action_set]
     u.reset = reset
     u.step = functools.partial(sticky_step, u)
+
+
+def sticky_taken_over(u: Any) -> bool:
+    """Whether :func:`take_over_stickiness` ran on AtariEnv ``u``."""
+    return hasattr(u, "_pp_sticky_p")
+
+
+def sticky_probability(u: Any) -> float:
+    """The probability that AtariEnv ``u`` (taken over) repeats the previous action at a frame."""
+    return u._pp_sticky_p
+
+
+def sticky_previous(u: Any) -> tuple:
+    """What AtariEnv ``u`` (taken over) acted last: ``(action id, strength)``, part of its state."""
+    return u._pp_sticky_prev
+
+
+def set_sticky_previous(u: Any, prev: tuple) -> None:
+    """Restore what AtariEnv ``u`` (taken over) acted last (:func:`sticky_previous`)."""
+    u._pp_sticky_prev = prev
 
 
 def forget_loads() -> None:

@@ -223,7 +223,7 @@ def _measure(runner: _Runner, state: State, actions: list, repeats: int = 200) -
     for k in range(repeats):
         ad.restore(second if k % 2 else first)
     set_us = (time.perf_counter() - t0) / repeats * 1e6
-    ad._rng_known = None
+    ad.forget_rng()
     t0 = time.perf_counter()
     for _ in range(repeats):
         ad.capture(None, None)

@@ -130,6 +130,11 @@ class Adapter:
     def close(self) -> None:
         """Close the envs this adapter built (not the one it is bound to)."""
 
+    def forget_rng(self) -> None:
+        """Trust no RNG value known from the last restore or capture: the next capture reads it back (the env
+        may have been stepped or reset without this adapter)."""
+        self._rng_known = None
+
     # --- hooks for adapters that must see resets and steps ---------------------------
     def reset(self, seed: int | None, options: dict | None) -> tuple[Any, dict]:
         """Reset the env; returns ``(obs, info)``."""

@@ -22,7 +22,14 @@ from typing import Any
 
 import numpy as np
 
-from plan_parallel.state.ale_sticky import sticky_quiet_step, take_over_stickiness
+from plan_parallel.state.ale_sticky import (
+    set_sticky_previous,
+    sticky_previous,
+    sticky_probability,
+    sticky_quiet_step,
+    sticky_taken_over,
+    take_over_stickiness,
+)
 from plan_parallel.state.core import Adapter, State, register_adapter, same_rng
 from plan_parallel.state.mujoco_copy import state_copiers
 from plan_parallel.state.sim_blobs import register_sim_blobs
@@ -279,9 +286,9 @@ class AleAdapter(Adapter):
 
         self._state_type = ale_py.ALEState
         self._noop = ale_py.Action.NOOP.value
-        if not hasattr(u, "_pp_sticky_p"):  # else built by EnvFactory.build_to_bind: taken over already
+        if not sticky_taken_over(u):  # else built by EnvFactory.build_to_bind: taken over already
             take_over_stickiness(u, float(self._ale.getFloat("repeat_action_probability")), reload=True)
-        self._sticky = u._pp_sticky_p > 0.0
+        self._sticky = sticky_probability(u) > 0.0
         # How AtariEnv._get_obs reads the observation, as a call that writes it into a given array.
         read = _ALE_READ_INTO.get(getattr(u, "_obs_type", ""))
         self._read_into = None if read is None or getattr(u, "sound_obs", False) else getattr(self._ale, read)
@@ -314,11 +321,11 @@ class AleAdapter(Adapter):
         return self.u._get_info()
 
     def get_sim(self) -> tuple[Any, Any]:
-        return self._ale.cloneState(include_rng=self._with_rng), self.u._pp_sticky_prev
+        return self._ale.cloneState(include_rng=self._with_rng), sticky_previous(self.u)
 
     def set_sim(self, sim: Any, extra: Any) -> None:
         self._ale.restoreState(sim)
-        self.u._pp_sticky_prev = extra
+        set_sticky_previous(self.u, extra)
 
     def check_sim(self, sim: Any) -> str | None:
         if not isinstance(sim, self._state_type):

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from plan_parallel.errors import StateError
+from plan_parallel.errors import StateError, mark_failed_item
 from plan_parallel.state.sim_blobs import sim_blobs
 from plan_parallel.state.values import value_digest, values_equal
 
@@ -37,13 +37,15 @@ class State:
         obs: the observation the env returned at this state (None if unknown).
             It is kept so that a restored env can report its observation; treat
             it as read-only.
+        held_by: the library's own record of the process workers holding this state (see
+            :mod:`plan_parallel.wire.held`); not part of its value: never compared, pickled or copied.
 
     States compare equal when every field is bitwise equal, and hash by
     :meth:`key`. They are values: nothing in the library mutates a state after
     creating it (a state changed in place would keep its old key).
     """
 
-    __slots__ = ("_blob", "_checked", "_held", "_key", "_sim", "extra", "kind", "obs", "rng", "wrappers")
+    __slots__ = ("_blob", "_checked", "_key", "_sim", "extra", "held_by", "kind", "obs", "rng", "wrappers")
 
     def __init__(
         self,
@@ -58,7 +60,7 @@ class State:
         self._sim = sim
         self._blob: bytes | None = None
         self._checked: Any = None  # the token(s) of the checks it passed, or of the envs that made it (validate_each)
-        self._held: Any = None  # the workers' tables holding it: {table id: its key and fields}, or SENT_ONCE (wire.held)
+        self.held_by: Any = None  # the workers' tables holding it: {table id: its key and fields}, or SENT_ONCE (wire.held)
         self.extra = extra
         self.rng = rng
         self.wrappers = wrappers
@@ -70,7 +72,7 @@ class State:
         """A state an adapter has just captured from its env: it restores that env by construction, so
         :func:`validate_each` with the adapter's ``checker`` token does not check it."""
         s = cls.__new__(cls)
-        s.kind, s._sim, s._blob, s._checked, s._held = kind, sim, None, checker, None
+        s.kind, s._sim, s._blob, s._checked, s.held_by = kind, sim, None, checker, None
         s.extra, s.rng, s.wrappers, s.obs = extra, rng, wrappers, obs
         return s
 
@@ -84,7 +86,7 @@ class State:
         ``checker``: the token of the check it passed, or of the envs that made it (see :func:`validate_each`).
         """
         s = cls.__new__(cls)
-        s.kind, s._sim, s._blob, s._checked, s._held = kind, _UNDECODED, blob, checker, None
+        s.kind, s._sim, s._blob, s._checked, s.held_by = kind, _UNDECODED, blob, checker, None
         s.extra, s.rng, s.wrappers, s.obs = extra, rng, wrappers, obs
         return s
 
@@ -103,7 +105,7 @@ class State:
         self._sim = value
         self._blob = None
         self._checked = None  # a new value is checked again
-        self._held = None  # and sent again
+        self.held_by = None  # and sent again
 
     @property
     def wire_sim(self) -> Any:
@@ -196,7 +198,7 @@ def validate_each(states: Sequence[State], check: Any, first_index: int = 0, ind
 
     Raises:
         StateError: ``states[k]: ...`` (the check's own message when ``index_errors`` is False), with
-            the item's index in ``states`` as ``_pp_item``.
+            the item's index in ``states`` (:func:`~plan_parallel.errors.failed_item`).
     """
     last: object = object()  # no item is this
     for i, s in enumerate(states):
@@ -207,7 +209,7 @@ def validate_each(states: Sequence[State], check: Any, first_index: int = 0, ind
             check(s)
         except StateError as exc:
             err = StateError(f"states[{first_index + i}]: {exc}") if index_errors else exc
-            err._pp_item = i  # type: ignore[attr-defined]
+            mark_failed_item(err, i)
             raise err from None
         if checker is not None and type(s) is State:
             _add(s, checker)

@@ -34,7 +34,7 @@ from plan_parallel.wire.slabs import ArrayWriter
 __all__ = ["NOT_HELD", "HeldStates", "Table", "pack_held", "unpack_held"]
 
 NOT_HELD = "not held"  # a worker's answer to a chunk that refers to a state it does not hold
-SENT_ONCE = "sent once"  # State._held of a state sent to a worker once (not kept): kept the next time
+SENT_ONCE = "sent once"  # State.held_by of a state sent to a worker once (not kept): kept the next time
 
 # What a worker's table may keep of simulator values, roughly: cap = this ÷ (a state's simulator bytes + 1 KB).
 # (A restored ALE state keeps its decoded form as well: a full Pong table took 56 MB of a worker's memory.)
@@ -71,9 +71,9 @@ class Table:
         kept: list[int] = []
         fresh_at: dict[int, int] = {}
         for s in states:
-            marks = s._held
+            marks = s.held_by
             if marks is None:
-                s._held = SENT_ONCE
+                s.held_by = SENT_ONCE
                 keep = False
             elif marks is SENT_ONCE:
                 keep = True
@@ -96,9 +96,9 @@ class Table:
         """The worker answered the chunk that brought these ``(state, key, extra, rng, wrappers)``: it holds them."""
         tid = self.id
         for s, *mark in sent:
-            if type(s._held) is not dict:
-                s._held = {}
-            s._held[tid] = tuple(mark)
+            if type(s.held_by) is not dict:
+                s.held_by = {}
+            s.held_by[tid] = tuple(mark)
 
 
 def pack_held(states: Sequence[State], w: ArrayWriter, prefix: str, table: Table | None,

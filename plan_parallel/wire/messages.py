@@ -18,7 +18,7 @@ from dataclasses import dataclass, fields
 from operator import attrgetter
 from typing import Any
 
-from plan_parallel.errors import RemoteError, RemoteTraceback
+from plan_parallel.errors import RemoteError, RemoteTraceback, mark_failed_item
 
 __all__ = [
     "READY",
@@ -216,12 +216,12 @@ def reraise(blob: bytes, where: str, first_item: int = 0) -> BaseException:
     """The exception from :func:`remote_error`, with its traceback as ``__cause__`` and a note.
 
     ``first_item`` is the batch index of the chunk's first item, so the note
-    names the item's index in the caller's batch, and so does ``_pp_item`` (when an item failed).
+    names the item's index in the caller's batch, and so does :func:`~plan_parallel.errors.failed_item` (when an item failed).
     """
     exc, tb, item = pickle.loads(blob)
     note = where + (f", at item {first_item + item} of the batch" if item is not None else "")
     if item is not None:
-        exc._pp_item = first_item + item
+        mark_failed_item(exc, first_item + item)
     exc.__cause__ = RemoteTraceback(tb)
     if hasattr(exc, "add_note"):  # Python >= 3.11
         exc.add_note(note)

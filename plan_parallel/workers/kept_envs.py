@@ -99,8 +99,8 @@ class KeptEnvs:
             timeout: float | None = None) -> tuple:
         """One step (dt=1) of each item from ``states[j]`` with ``actions[j]`` (checked), on the env of
         ``keys[j]`` (its observation made in ``rows[j]`` when given); lists as :meth:`PlanEnv.run_raw`. On
-        an env error the exception carries the failing item's index as ``_pp_item``, and that env holds no
-        known state. ``timeout``: the seconds the caller gives the call (None: no limit)."""
+        an env error the exception carries the failing item's index (:func:`~plan_parallel.errors.failed_item`),
+        and that env holds no known state. ``timeout``: the seconds the caller gives the call (None: no limit)."""
         start = time.monotonic()
         budget = BUILD_CALL_SECONDS if timeout is None else min(BUILD_CALL_SECONDS, timeout / 4)
         replaced = start < self._next_build  # (as if this call had replaced one already)

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from plan_parallel.env import PlanEnv
+from plan_parallel.errors import failed_item
 from plan_parallel.factory import quiet_ale_for_good
 from plan_parallel.wire.columns import pack_infos, pack_outcomes, pack_states, stack_rows
 from plan_parallel.wire.held import NOT_HELD, HeldStates, unpack_held
@@ -261,7 +262,7 @@ def answer(server: Server, call: Call) -> Reply:
     try:
         value = fn(*call.args)
     except BaseException as e:
-        return Reply(call.id, error=remote_error(e, getattr(e, "_pp_item", None)),
+        return Reply(call.id, error=remote_error(e, failed_item(e)),
                      env_seconds=time.perf_counter() - t0)
     return Reply(call.id, value, env_seconds=time.perf_counter() - t0)
 
