@@ -146,10 +146,10 @@ class Placement:
         workers counts them), less any wait for another thread's batch here.
         """
         size_class, _, batches = decided
-        checks = 0.0 if started is None else time.perf_counter() - started
+        checks = 0.0 if started is None or not batches else time.perf_counter() - started
         with self.lock:  # threads take turns on the one local env
-            local = self.local()  # built outside the timing: its cost is not a step's
-            t0 = time.perf_counter()
+            local = self._local if self._local is not None else self.local()  # built outside the timing
+            t0 = time.perf_counter() if batches else 0.0  # (a settled place times one batch in a few)
             value = run(local)
             if batches:
                 self.tuner.learn(size_class, "here", (time.perf_counter() - t0 + checks) / max(1, steps), batches)
