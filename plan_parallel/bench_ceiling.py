@@ -16,6 +16,7 @@ figures it bounds:
 """
 from __future__ import annotations
 
+import contextlib
 import multiprocessing as mp
 import os
 import select
@@ -75,6 +76,7 @@ def pipe_round_trip(calls: int = 2000) -> float:
     here, there = ctx.Pipe()
     child = ctx.Process(target=_echo, args=(there,), daemon=True)
     child.start()
+    there.close()  # the child's end
     pause = getattr(os, "sched_yield", lambda: time.sleep(0))
     try:
         poller = select.poll()
@@ -89,10 +91,13 @@ def pipe_round_trip(calls: int = 2000) -> float:
             times.append(time.perf_counter() - t0)
         return statistics.median(times[calls // 10:])  # the first ones wake a cold process
     finally:
-        here.send_bytes(b"")
+        with contextlib.suppress(OSError):  # (gone already: nothing to stop)
+            here.send_bytes(b"")
         child.join(5)
         if child.is_alive():
             child.kill()
+            child.join()
+        here.close()
 
 
 _RAW: dict[str, Any] = {}  # in a pool process of this module: its raw loop

@@ -5,6 +5,10 @@ anything raised by the library itself, or one of its subclasses for a specific
 failure. Exceptions raised by *env code* (inside a worker or inline) are not
 wrapped: they re-raise with their own type, and, when they come from another
 process, carry the remote traceback as ``__cause__`` (a :class:`RemoteTraceback`).
+
+Such an exception also says which item of its batch raised it, for the library's
+own use (:func:`mark_failed_item`, :func:`failed_item`): a batch's error names its
+item's index the same way on every backend.
 """
 from __future__ import annotations
 
