@@ -202,7 +202,8 @@ def validate_each(states: Sequence[State], check: Any, first_index: int = 0, ind
     """
     last: object = object()  # no item is this
     for i, s in enumerate(states):
-        if s is last or (checker is not None and type(s) is State and (s._checked is checker or _has(s._checked, checker))):
+        if s is last or (checker is not None and type(s) is State and (
+                (c := s._checked) is checker or (type(c) is tuple and checker in c))):  # (_has, without a call a state)
             last = s
             continue
         try:
