@@ -147,11 +147,11 @@ class Feeder:
             first = job.states[lo] if job.states is not None else job.start
             per_out = out_bytes_guess(self.observation_space, first, job)
         obs_to = None if lease is None else (lease.slab, fut.gather.lent)  # type: ignore[union-attr]
+        by_key = 0 if table is None else table.by_key
         req, slab, keeps = encode(job, lo, hi, per_out, self.slabs.acquire if shared_memory else None, obs_to,
                                   self.timeout, self.trust, table)
-        refs = req.states.get("refs") if req.states is not None else None
-        if refs:
-            self.stats["states_by_key"] += len(refs) - len(keeps)
+        if table is not None:
+            self.stats["states_by_key"] += table.by_key - by_key
         return Call(call_id, job.op, (req,)), slab, keeps
 
     def resent(self, slot: Slot, part: Part, answer: Any) -> bool:
