@@ -45,6 +45,7 @@ from plan_parallel.results import StepBatch
 from plan_parallel.state import State
 from plan_parallel.vector_core import Received, Step, VectorCore
 from plan_parallel.vector_groups import Done, GatheredStep, wait_done
+from plan_parallel.vector_infos import merge_rows
 from plan_parallel.vector_inputs import (
     check_vector_actions,
     is_array_space,
@@ -287,15 +288,13 @@ class PlanVectorEnv(PartialGather, VectorCore):  # type: ignore[misc]  # np_rand
     def _commit_step(self, states: list, infos_of: list, reset: dict, terms: np.ndarray, truncs: np.ndarray) -> dict:
         """Commit a step's states (``states[i]``; a reset sub-env's from ``reset[i]``) and flags; its infos, added
         in sub-env order as gymnasium adds them."""
-        infos: dict = {}
-        for i, info in enumerate(infos_of):
+        rows = list(infos_of)
+        for i, info in enumerate(rows):
             if i in reset:
-                state, _, info = reset[i]
-                states[i] = state
+                states[i], _, rows[i] = reset[i]
             else:
                 info.pop("n_steps", None)  # plan_parallel's own key; gymnasium's infos do not have it
-            if info:  # an empty info adds nothing (gymnasium's _add_info loops over its keys)
-                infos = self._add_info(infos, info, i)
+        infos = merge_rows(rows, self._add_info)
         with ctrl_c_deferred():  # every sub-env commits, or none does
             self._commit_all(states, reset)
             self._autoreset = terms | truncs
