@@ -123,10 +123,13 @@ class Server:
         return slab, cols, states, actions, dt, seeds
 
     @staticmethod
-    def _write_items(w: ArrayWriter, prefix: str, states: list, obs: list) -> tuple[dict, np.ndarray | list | None]:
+    def _write_items(w: ArrayWriter, prefix: str, states: list, obs: list,
+                     unique: bool = False) -> tuple[dict, np.ndarray | list | None]:
         """N result states (without their observations) and observations (slab rows, or in the message:
-        :func:`~plan_parallel.wire.columns.stack_rows`)."""
-        packed = pack_states(states, w, prefix, with_obs=False)
+        :func:`~plan_parallel.wire.columns.stack_rows`). ``unique``: pack each state listed as its own, without
+        looking for objects listed twice (items' final states are one capture each; one listed twice would
+        travel twice, equal: CartPole, 512 states, 216 -> 182 us)."""
+        packed = pack_states(states, w, prefix, with_obs=False, unique=unique)
         return packed, None if w.put_rows(prefix + "obs", obs) else stack_rows(obs)
 
     def _write_final(self, w: ArrayWriter, req: ChunkRequest, states: list,
@@ -136,8 +139,8 @@ class Server:
         if req.obs_out is not None:
             name, size, offset, dtype, shape = req.obs_out
             if write_rows(self._slab(name, size), offset, np.dtype(dtype), shape, obs):  # type: ignore[arg-type]
-                return pack_states(states, w, "", with_obs=False), None, True
-        return (*self._write_items(w, "", states, obs), False)
+                return pack_states(states, w, "", with_obs=False, unique=True), None, True
+        return (*self._write_items(w, "", states, obs, unique=True), False)
 
     def _lent_rows(self, req: ChunkRequest) -> np.ndarray | None:
         """The chunk's rows of the batch's lent slab, when the env makes its observations in place there
@@ -175,7 +178,7 @@ class Server:
         w = ArrayWriter(slab, req.out_offset)
         listed: np.ndarray | list | None
         if rows is not None:  # in the lent slab already, or in the message as the array they were made in
-            packed = pack_states(out_states, w, "", with_obs=False)
+            packed = pack_states(out_states, w, "", with_obs=False, unique=True)
             listed, written = (rows, False) if lent is None else (None, True)
         else:
             packed, listed, written = self._write_final(w, req, out_states, obs)
