@@ -46,6 +46,7 @@ ROWS = {
     "arrays": [{"a": np.arange(3) + i} for i in range(2)],
     "objects": [{"a": "text"}, {"a": (1, 2)}],
     "nested dicts": [{"episode": {"r": 1.0, "l": 3}}, {"episode": {"r": 2.0, "l": 4}}],
+    "a key and its mask's name": [{"a": 1, "_a": 2.5}, {"a": 3, "_a": 0.5}],
     "final_obs": [{"final_obs": np.zeros(2), "final_info": {}}, {"final_obs": np.ones(2), "final_info": {}}],
 }
 
