@@ -86,3 +86,27 @@ def test_a_rollout_batch_gives_its_final_states_as_a_state_batch_too() -> None:
         want, got = inline.rollout_batch([start] * 6, actions), proc.rollout_batch([start] * 6, actions)
         assert isinstance(want.states, StateBatch) and isinstance(got.states, StateBatch)
         assert got.states == want.states and len(got.states) == 6
+
+
+@pytest.mark.timeout(60)
+def test_iterating_makes_each_state_once_and_keeps_the_ones_read_before() -> None:
+    with pp.make("CartPole-v1", backend="inline") as env:
+        start, _, _ = env.reset(seed=1)
+        states = list(env.step_batch(np.array([0, 1, 0, 1, 1]), [start] * 5).states)
+    calls: list[int] = []
+
+    def make(k: int) -> State:  # a part's maker, as a chunk's columns give one
+        calls.append(k)
+        return State.captured(states[2 + k].kind, states[2 + k].sim, states[2 + k].extra, states[2 + k].rng,
+                              states[2 + k].wrappers, None, None)
+
+    rows = np.array([s.obs for s in states])
+    batch = StateBatch(5, [(0, 2, states[:2]), (2, 5, make)], rows)
+    read_first = batch[3]
+    assert calls == [1]
+    made = list(batch)
+    assert calls == [1, 0, 2], "each state made once"
+    assert made[3] is read_first and made[0] is states[0] and made == states
+    assert all(batch[k] is made[k] for k in range(5)) and batch[1:4] == made[1:4]
+    assert all(made[k].obs is not None and np.array_equal(made[k].obs, rows[k]) for k in range(2, 5))
+    assert calls == [1, 0, 2], "nothing made again"

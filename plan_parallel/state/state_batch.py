@@ -69,6 +69,8 @@ class StateBatch(Sequence[State]):
 
     def __getitem__(self, i: int | slice) -> State | list[State]:
         if isinstance(i, slice):
+            if self._whole:
+                return self._made[i]  # type: ignore[return-value]  # no None left
             return [self[k] for k in range(*i.indices(self._n))]
         k = i.__index__()
         if k < 0:
@@ -89,10 +91,28 @@ class StateBatch(Sequence[State]):
             state.obs = self._observations[i]
         return state
 
+    def _make_all(self) -> list[State]:
+        """Every state, those not made yet made now, part by part (an iteration reads them all: one pass, no
+        lookup of the part an item is in)."""
+        made, rows = self._made, self._observations
+        for lo, hi, source in self._parts:
+            if not callable(source):
+                made[lo:hi] = source
+                continue
+            obs = None if rows is None else list(rows[lo:hi])
+            for k in range(lo, hi):
+                if made[k] is None:
+                    state = source(k - lo)
+                    if obs is not None:
+                        state.obs = obs[k - lo]
+                    made[k] = state
+        self._whole = True
+        return made  # type: ignore[return-value]  # no None left
+
     def __iter__(self) -> Iterator[State]:
-        if self._whole:  # made whole (:meth:`of`): the list's own iterator
+        if self._whole:  # every state made: the list's own iterator
             return iter(self._made)  # type: ignore[arg-type]  # no None left
-        return (self[k] for k in range(self._n))
+        return iter(self._make_all())
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, (StateBatch, list, tuple)):
