@@ -65,7 +65,7 @@ def _number_columns(rows: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
     if not first:
         return None
     keys = list(first)
-    if any(list(info) != keys for info in rows) or any(str(k).startswith("_") for k in keys):
+    if any(type(info) is not dict or list(info) != keys for info in rows) or any(str(k).startswith("_") for k in keys):
         return None  # (a key "_x" is also the mask of "x": gymnasium's merge writes one into the other)
     out: dict[str, Any] = {}
     for key in keys:

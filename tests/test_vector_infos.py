@@ -40,6 +40,7 @@ ROWS = {
     "one row": [{"a": 1}],
     "empty rows": [{}, {}],
     "an empty row among others": [{"a": 1}, {}, {"a": 2}],
+    "a row of None among others": [{"a": 1}, None, {"a": 2}],
     "a key missing": [{"a": 1, "b": 2.0}, {"a": 2}],
     "keys in another order": [{"a": 1, "b": 2}, {"b": 3, "a": 4}],
     "types mixed in a key": [{"a": 1}, {"a": 2.5}, {"a": np.int64(3)}],
