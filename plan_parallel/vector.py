@@ -287,14 +287,14 @@ class PlanVectorEnv(PartialGather, VectorCore):  # type: ignore[misc]  # np_rand
 
     def _commit_step(self, states: list, infos_of: list, reset: dict, terms: np.ndarray, truncs: np.ndarray) -> dict:
         """Commit a step's states (``states[i]``; a reset sub-env's from ``reset[i]``) and flags; its infos, added
-        in sub-env order as gymnasium adds them."""
-        rows = list(infos_of)
-        for i, info in enumerate(rows):
+        in sub-env order as gymnasium adds them (``infos_of`` is the step's own list: a reset sub-env's row is
+        replaced by its reset's info)."""
+        for i, info in enumerate(infos_of):
             if i in reset:
-                states[i], _, rows[i] = reset[i]
+                states[i], _, infos_of[i] = reset[i]
             else:
                 info.pop("n_steps", None)  # plan_parallel's own key; gymnasium's infos do not have it
-        infos = merge_rows(rows, self._add_info)
+        infos = merge_rows(infos_of, self._add_info)
         with ctrl_c_deferred():  # every sub-env commits, or none does
             self._commit_all(states, reset)
             self._autoreset = terms | truncs
