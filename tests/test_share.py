@@ -146,6 +146,24 @@ def test_with_as_many_cores_as_workers_a_shared_batch_leaves_one_worker_out(orac
         assert env.stats["shared_items"] > 0
 
 
+@pytest.mark.timeout(120)
+def test_items_of_a_millisecond_run_on_workers_that_fill_the_cores_never_here_or_shared(starts: list) -> None:
+    """The tuner's own choice (mode "auto"), 2 workers on 2 cores, items of 2 ms: once the workers' step time
+    is known from two batches (the figures measure each place in turns first: workers, here, share), each
+    batch runs on the workers (the figures would go on measuring here and the share), and equals inline."""
+    with BatchEnv(EnvFactory(SlowEnv, {"delay": 0.002}), n_workers=2, tuner=Tuner(2, cores=2)) as env, \
+            pp.make(SlowEnv, backend="inline", delay=0.0) as ref:
+        s = ref.reset(seed=0)[0]
+        env.reset(seed=0)
+        actions = np.array([0, 1, 2, 1])
+        for k in range(9):
+            assert_batches_equal(env.step_batch(actions, [s] * 4), ref.step_batch(actions, [s] * 4))
+            if k == 2:
+                assert env.stats["inline_batches"] == 1 and env.stats["shared_batches"] == 1
+        assert env.stats["inline_batches"] == 1 and env.stats["shared_batches"] == 1
+        assert all(busy > 0 for busy in env.stats["busy_seconds"])
+
+
 def test_a_timeout_refuses_the_share_mode() -> None:
     with pytest.raises(ValueError, match=r"a timeout cannot act on items run in this process.*'share'"):
         BatchEnv(EnvFactory(CounterEnv, {}), n_workers=1, timeout=5.0, tuner=Tuner(1, "share"))

@@ -6,7 +6,7 @@ import itertools
 import pytest
 
 from plan_parallel.batch import Tuner
-from plan_parallel.batch.tuner import EXPLORE_EVERY, FIRST_SAMPLES, PLACES, SETTLED_TIMED_EVERY
+from plan_parallel.batch.tuner import EXPLORE_EVERY, FIRST_SAMPLES, HEAVY_ITEM_SECONDS, PLACES, SETTLED_TIMED_EVERY
 
 SIZE = Tuner.size_class("step_batch", 8)
 
@@ -157,6 +157,32 @@ def test_a_forced_mode_ignores_the_figures(mode: str) -> None:
     assert all(t.place(SIZE) == mode for _ in range(100))
 
 
+def test_items_of_a_millisecond_go_to_workers_that_fill_the_cores_without_asking_the_figures() -> None:
+    """Each item >= HEAVY_ITEM_SECONDS of a worker's env time, an item for each worker, and no core for the
+    caller to add: the workers, whatever the figures say (they are neither asked nor changed)."""
+    t = Tuner(2, cores=2)
+    assert not t.for_the_workers(320, 16), "no step time is known yet: the figures decide"
+    t.learn_step(HEAVY_ITEM_SECONDS / 20)  # rollouts of 20 steps: an item is HEAVY_ITEM_SECONDS
+    assert not t.for_the_workers(320, 16), "one batch's step time: it may hold one-off costs"
+    t.learn_step(HEAVY_ITEM_SECONDS / 20)
+    assert t.for_the_workers(320, 16) and t.for_the_workers(40, 2)
+    assert not t.for_the_workers(300, 16), "an item short of HEAVY_ITEM_SECONDS"
+    assert not t.for_the_workers(20, 1), "fewer items than workers: the figures decide"
+    over = Tuner(4, cores=2)
+    over.learn_step(1.0)
+    over.learn_step(1.0)
+    assert over.for_the_workers(4, 4), "more workers than cores fill them too"
+    more_cores = Tuner(2, cores=3)  # the caller's core adds to a shared batch
+    more_cores.learn_step(1.0)
+    more_cores.learn_step(1.0)
+    assert not more_cores.for_the_workers(320, 16)
+    for mode in PLACES:
+        forced = Tuner(2, mode, cores=2)
+        forced.learn_step(1.0)
+        forced.learn_step(1.0)
+        assert not forced.for_the_workers(320, 16), "a forced mode places every batch itself"
+
+
 def test_chunks_one_per_worker_until_step_times_are_known_then_up_to_three() -> None:
     t = Tuner(2)
     assert t.n_chunks(1, 1) == 1 and t.n_chunks(64, 64) == 2
@@ -192,6 +218,18 @@ def test_a_shared_batch_leaves_the_calling_process_a_core() -> None:
     assert Tuner(2, cores=2).share_workers == 1 and Tuner(4, cores=2).share_workers == 1
     assert Tuner(2, cores=8).share_workers == 2 and Tuner(1, cores=1).share_workers == 1
     assert Tuner(2, cores=2).n_chunks(64, 64, share=True) == 3, "one more than the one worker's 2 queued"
+
+
+def test_a_step_time_under_half_the_current_one_replaces_it() -> None:
+    """A first batch that built envs on the workers is forgotten at the next one; later figures enter the EMA."""
+    t = Tuner(2)
+    t.learn_step(0.1)
+    t.learn_step(1e-3)
+    assert t.step_seconds == 1e-3
+    t.learn_step(1.5e-3)
+    assert t.step_seconds == pytest.approx(1.1e-3)
+    t.learn_step(0.6e-3)
+    assert t.step_seconds == pytest.approx(0.8 * 1.1e-3 + 0.2 * 0.6e-3), "not under half: into the EMA"
 
 
 def test_work_smaller_than_a_message_is_not_split() -> None:

@@ -99,10 +99,13 @@ class Placement:
             self._local.close()
 
     # ------------------------------------------------------------------ submitting
-    def where(self, op: str, steps: int, can_share: bool) -> Decision:
-        """The size class of a batch of ``steps`` env steps of ``op``, where the tuner runs it, and how many
-        batches its time counts for (0: not timed; see :meth:`Tuner.choose`)."""
+    def where(self, op: str, steps: int, can_share: bool, n: int = 0) -> Decision:
+        """The size class of a batch of ``n`` items and ``steps`` env steps of ``op``, where the tuner runs it, and
+        how many batches its time counts for (0: not timed; see :meth:`Tuner.choose` and
+        :meth:`Tuner.for_the_workers`)."""
         size_class = Tuner.size_class(op, steps)
+        if self.tuner.for_the_workers(steps, n):
+            return size_class, "workers", 0
         return (size_class, *self.tuner.choose(size_class, can_share))
 
     def submit(self, job: Job, waited_in_full: bool = False, decided: Decision | None = None,
@@ -115,7 +118,7 @@ class Placement:
         the call began (its checks count in its time, as in :meth:`run_here_timed`).
         """
         steps = job.cost(0, job.n)
-        decided = decided or self.where(job.op.value, steps, waited_in_full)
+        decided = decided or self.where(job.op.value, steps, waited_in_full, job.n)
         size_class, place, timed_as = decided
         if place == "here":
             value = self.run_here_timed(decided, steps, job.n, lambda local: self.run_here(local, job), started)

@@ -10,8 +10,8 @@ import os
 
 from plan_parallel.batch.feeder import QUEUED_PER_WORKER
 
-__all__ = ["CHUNK_SECONDS", "EXPLORE_EVERY", "FIRST_SAMPLES", "MAX_EXPLORE_FACTOR", "MAX_RISE", "MIN_CHUNK_SECONDS", "PLACES",
-           "SETTLED_TIMED_EVERY", "Tuner", "usable_cores"]
+__all__ = ["CHUNK_SECONDS", "EXPLORE_EVERY", "FIRST_SAMPLES", "HEAVY_ITEM_SECONDS", "MAX_EXPLORE_FACTOR", "MAX_RISE",
+           "MIN_CHUNK_SECONDS", "PLACES", "SETTLED_TIMED_EVERY", "Tuner", "usable_cores"]
 
 EXPLORE_EVERY = 32  # a place as fast as the fastest is re-measured after this many batches of its size class
 MAX_EXPLORE_FACTOR = 8  # and one r times slower after r**2 times as many (r at most this)
@@ -35,6 +35,13 @@ MIN_CHUNK_SECONDS = 1e-3
 # in one process, alternating 300-call samples, 60 rounds, 4 runs: every batch timed 0.886-0.905 of
 # inline's speed, one in four 0.914-0.924 (learning a batch costs ~2-3 us in place).
 SETTLED_TIMED_EVERY = 4
+# Items of at least this much env time each go to the workers without a figure being asked, where the workers
+# fill the cores (see Tuner.for_the_workers): a message costs the caller 10-25 us an item (Pong RGB), under
+# 2.5 % of such an item, and the caller's core is one a worker would use. MCTS on Pong (rollouts of 16 items,
+# ~5 ms each), paired in one process (20 episodes, two runs): rollouts 1.663 -> 1.710 and 1.571 -> 1.599x inline,
+# the episodes 1.607 -> 1.657 and 1.523 -> 1.548x: the figures, measured minutes apart on a machine whose second
+# core came and went, had put 26 of 124 rollouts in the share and 5 here.
+HEAVY_ITEM_SECONDS = 1e-3
 PLACES = ("workers", "here", "share")  # share: the workers take chunks from the front, this process from the back
 MODES = ("auto", *PLACES)
 
@@ -111,9 +118,11 @@ class Tuner:
         # A shared batch runs on the calling process and at most this many workers: one
         # process per core (on 2 cores, the caller and 1 worker ran Pong 1.41x inline, the
         # caller and 2 workers 1.20x: a third busy process only takes turns on the cores).
-        self.share_workers = max(1, min(n_workers, (cores or usable_cores()) - 1))
+        self.cores = cores or usable_cores()
+        self.share_workers = max(1, min(n_workers, self.cores - 1))
         self._figures: dict[tuple[str, int], Figures] = {}  # per (op, size class): see Figures
         self.step_seconds: float | None = None  # a worker's seconds per env step (EMA)
+        self.step_batches = 0  # batches whose env time per step was learned
 
     @staticmethod
     def size_class(op: str, steps: int) -> tuple[str, int]:
@@ -123,6 +132,20 @@ class Tuner:
         vector env's step while some sub-envs reset) share a class, and its measurements.
         """
         return op, max(0, steps - 1).bit_length()
+
+    def for_the_workers(self, steps: int, n: int) -> bool:
+        """A batch of ``n`` items and ``steps`` env steps that runs on the workers with no figure asked or learned:
+        in ``"auto"`` mode, when the workers fill the cores (this process adds none to a shared batch), there are
+        items for each worker, and each item holds :data:`HEAVY_ITEM_SECONDS` of a worker's env time at least,
+        by the step time learned from two batches at least (the first pays one-off costs: see :meth:`learn_step`).
+
+        Such a batch gains nothing from running here or shared, and the figures that would say so are
+        measured at different times: on a machine whose speed moves, a place measured in a fast spell
+        looks faster than it is, and trials of the slower places cost whole batches.
+        """
+        step = self.step_seconds
+        return (self.mode == "auto" and step is not None and self.step_batches >= 2 and self.cores <= self.n_workers <= n
+                and steps * step >= n * HEAVY_ITEM_SECONDS)
 
     def place(self, size_class: tuple[str, int], can_share: bool = True) -> str:
         """Where a batch of this size class runs: one of :data:`PLACES` (see :meth:`choose`)."""
@@ -259,9 +282,15 @@ class Tuner:
         return None if figures is None or not figures.samples[j] else figures.speed[j]
 
     def learn_step(self, seconds_per_step: float) -> None:
-        """Record the env time per step the workers reported for a batch."""
+        """Record the env time per step the workers reported for a batch (an EMA; a figure under half the current
+        one replaces it, as in :meth:`learn`: a vector env's first step, which builds the envs the workers keep,
+        took 97-159 ms an env step of 4 Pongs against 0.4-0.8 ms after, and the EMA took ~20 batches to forget it)."""
         old = self.step_seconds
-        self.step_seconds = seconds_per_step if old is None else 0.8 * old + 0.2 * seconds_per_step
+        self.step_batches += 1
+        if old is None or seconds_per_step < 0.5 * old:
+            self.step_seconds = seconds_per_step
+        else:
+            self.step_seconds = 0.8 * old + 0.2 * seconds_per_step
 
     def n_chunks(self, n: int, steps: int, share: bool = False) -> int:
         """Chunks for a batch: one per worker, or up to 3 per worker when each still takes >= :attr:`chunk_seconds`;
