@@ -6,6 +6,7 @@ real envs and say what they measured, not how fast anything is.
 from __future__ import annotations
 
 import re
+import time
 
 import pytest
 
@@ -62,6 +63,9 @@ def test_the_process_suite_prints_each_rows_own_ceiling_beside_its_ratios() -> N
     wall, caller, workers = re.search(r"CartPole-v1: (\d+) us \((\d+)/(\d+) us\)", trip).groups()  # type: ignore[union-attr]
     assert int(wall) > 0 and int(caller) > 0 and int(workers) > 0, trip  # the workers ran each call
     assert re.search(r"a bare pipe round trip between two Python processes: \d+ us$", trip), trip
+    cold = next(ln for ln in lines if ln.startswith("the same work after a pause"))
+    assert re.search(r"2 CartPole items takes \d+ us back to back, \d+ us after 0.3 ms of other work, \d+ us after 3 ms of other "
+                     r"work$", cold), cold
 
 
 @pytest.mark.timeout(60)
@@ -73,6 +77,15 @@ def test_the_bare_pipe_round_trip_is_timed_against_a_process_it_stops_after() ->
     before = set(mp.active_children())
     assert pipe_round_trip(200) > 0
     assert set(mp.active_children()) == before  # the echoing process is gone
+
+
+def test_cold_work_times_the_same_call_after_each_gap() -> None:
+    from plan_parallel.bench_ceiling import cold_work
+
+    t0 = time.perf_counter()
+    times = cold_work((0.0, 2e-3), calls=20)
+    assert len(times) == 2 and all(t > 0 for t in times)
+    assert time.perf_counter() - t0 >= 20 * 2e-3, "each call of the second gap waited the gap first"
 
 
 def test_the_cpu_bound_is_the_cores_time_over_the_cpu_an_item_spends_in_every_process() -> None:
