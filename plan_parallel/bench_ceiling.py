@@ -110,9 +110,10 @@ def cold_work(gaps: tuple[float, ...] = COLD_GAPS, calls: int = 300) -> list[flo
     seconds in which this process spun on the clock (touching nothing of the call's code and data).
 
     Gap 0 is the call back to back with itself. On this shared 2-core VM the same call took 38 us back to
-    back, 73 us after 0.3 ms and 258 us after 3 ms (spinning or sleeping alike): the call's code and data
-    leave the caches while other tenants' work runs. A worker call runs that way on both sides: the worker
-    slept until the call came, and the caller's reply path waited for the worker.
+    back, 73 us after 0.3 ms and 258 us after 3 ms in one run, 25, 29 and 76 us in another (spinning or
+    sleeping alike): the call's code and data leave the caches while other tenants' work runs, more or less
+    of it by the minute. A worker call runs that way on both sides: the worker slept until the call came,
+    and the caller's reply path waited for the worker.
     """
     import plan_parallel as pp
 
