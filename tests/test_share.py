@@ -149,8 +149,8 @@ def test_with_as_many_cores_as_workers_a_shared_batch_leaves_one_worker_out(orac
 @pytest.mark.timeout(120)
 def test_items_of_a_millisecond_run_on_workers_that_fill_the_cores_never_here_or_shared(starts: list) -> None:
     """The tuner's own choice (mode "auto"), 2 workers on 2 cores, items of 2 ms: once the workers' step time
-    is known from two batches (the figures measure each place in turns first: workers, here, share), each
-    batch runs on the workers (the figures would go on measuring here and the share), and equals inline."""
+    is known from two batches (the figures measure each place in turns first: workers, here; the share adds
+    no core here), each batch runs on the workers (the figures would go on measuring here), and equals inline."""
     with BatchEnv(EnvFactory(SlowEnv, {"delay": 0.002}), n_workers=2, tuner=Tuner(2, cores=2)) as env, \
             pp.make(SlowEnv, backend="inline", delay=0.0) as ref:
         s = ref.reset(seed=0)[0]
@@ -159,9 +159,25 @@ def test_items_of_a_millisecond_run_on_workers_that_fill_the_cores_never_here_or
         for k in range(9):
             assert_batches_equal(env.step_batch(actions, [s] * 4), ref.step_batch(actions, [s] * 4))
             if k == 2:
-                assert env.stats["inline_batches"] == 1 and env.stats["shared_batches"] == 1
-        assert env.stats["inline_batches"] == 1 and env.stats["shared_batches"] == 1
+                assert env.stats["inline_batches"] == 1 and env.stats["shared_batches"] == 0
+        assert env.stats["inline_batches"] == 1 and env.stats["shared_batches"] == 0
         assert all(busy > 0 for busy in env.stats["busy_seconds"])
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("cores", [2, 3])
+def test_the_tuner_shares_a_plain_batch_only_where_this_process_adds_a_core(cores: int, oracle: pp.PlanEnv,
+                                                                           starts: list) -> None:
+    """Mode "auto", 2 workers: with 2 cores the figures measure the workers and here, never the share (its
+    caller would take a worker's core); with 3 they measure all three. Every batch equals inline."""
+    states = [starts[i % len(starts)] for i in range(9)]
+    actions = np.arange(9) % 3
+    with BatchEnv(EnvFactory(CounterEnv, {"horizon": 50}), n_workers=2, tuner=Tuner(2, cores=cores)) as env:
+        env.reset(seed=1)
+        for _ in range(9):
+            assert_batches_equal(env.step_batch(actions, states), oracle.step_batch(actions, states))
+        assert env.stats["inline_batches"] >= 2
+        assert (env.stats["shared_batches"] >= 2) == (cores == 3), env.stats
 
 
 def test_a_timeout_refuses_the_share_mode() -> None:

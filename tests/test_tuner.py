@@ -183,6 +183,13 @@ def test_items_of_a_millisecond_go_to_workers_that_fill_the_cores_without_asking
         assert not forced.for_the_workers(320, 16), "a forced mode places every batch itself"
 
 
+def test_auto_mode_shares_where_this_process_adds_a_core_or_the_items_are_resident_here() -> None:
+    assert not Tuner(2, cores=2).may_share(resident=False) and not Tuner(4, cores=2).may_share(resident=False)
+    assert Tuner(2, cores=2).may_share(resident=True), "a vector env's sub-envs need no restore here"
+    assert Tuner(2, cores=3).may_share(resident=False)
+    assert all(Tuner(2, mode, cores=2).may_share(resident=False) for mode in PLACES), "a forced mode decides"
+
+
 def test_chunks_one_per_worker_until_step_times_are_known_then_up_to_three() -> None:
     t = Tuner(2)
     assert t.n_chunks(1, 1) == 1 and t.n_chunks(64, 64) == 2

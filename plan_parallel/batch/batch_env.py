@@ -312,9 +312,10 @@ class BatchEnv:
         return self._placement.submit(job, waited_in_full, decided, started)
 
     def place_step(self, n: int) -> Decision:
-        """Where a ``step_batch`` of ``n`` items with dt=1 runs (the tuner's decision, counted as made): pass it
-        to :meth:`run_placed_here` when it is ``"here"``, else to :meth:`step_batch_checked`."""
-        return self._placement.where(STEP_OP, n, True, n)
+        """Where a ``step_batch`` of ``n`` items with dt=1 that runs its own way here (a vector env's step) runs
+        (the tuner's decision, counted as made): pass it to :meth:`run_placed_here` when it is ``"here"``, else to
+        :meth:`step_batch_checked`."""
+        return self._placement.where(STEP_OP, n, True, n, resident=True)
 
     def run_placed_here(self, decided: Decision, n: int, run: Callable[[], Any]) -> Any:
         """``run()``: a step of ``n`` items with dt=1 placed here (:meth:`place_step`), run its own way in this
@@ -339,7 +340,7 @@ class BatchEnv:
         self._check_open()
         if here is not None and states:  # placed before the job is made: a step run here needs none
             n = len(states)
-            decided = decided or self._placement.where(STEP_OP, n * dt, True, n)
+            decided = decided or self._placement.where(STEP_OP, n * dt, True, n, resident=True)
             if decided[1] == "here":
                 return self._placement.run_here_timed(
                     decided, n * dt, n, lambda local: step_batch_of(local.observation_space, here(0, n)))

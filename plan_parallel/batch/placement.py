@@ -99,14 +99,15 @@ class Placement:
             self._local.close()
 
     # ------------------------------------------------------------------ submitting
-    def where(self, op: str, steps: int, can_share: bool, n: int = 0) -> Decision:
+    def where(self, op: str, steps: int, can_share: bool, n: int = 0, resident: bool = False) -> Decision:
         """The size class of a batch of ``n`` items and ``steps`` env steps of ``op``, where the tuner runs it, and
         how many batches its time counts for (0: not timed; see :meth:`Tuner.choose` and
-        :meth:`Tuner.for_the_workers`)."""
+        :meth:`Tuner.for_the_workers`). ``can_share``: its caller waits for it in full; ``resident``: its items
+        run their own way here (:meth:`Tuner.may_share`)."""
         size_class = Tuner.size_class(op, steps)
         if self.tuner.for_the_workers(steps, n):
             return size_class, "workers", 0
-        return (size_class, *self.tuner.choose(size_class, can_share))
+        return (size_class, *self.tuner.choose(size_class, can_share and self.tuner.may_share(resident)))
 
     def submit(self, job: Job, waited_in_full: bool = False, decided: Decision | None = None,
                started: float | None = None) -> BatchFuture:
@@ -118,7 +119,7 @@ class Placement:
         the call began (its checks count in its time, as in :meth:`run_here_timed`).
         """
         steps = job.cost(0, job.n)
-        decided = decided or self.where(job.op.value, steps, waited_in_full, job.n)
+        decided = decided or self.where(job.op.value, steps, waited_in_full, job.n, job.here is not None)
         size_class, place, timed_as = decided
         if place == "here":
             value = self.run_here_timed(decided, steps, job.n, lambda local: self.run_here(local, job), started)
