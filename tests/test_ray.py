@@ -373,3 +373,16 @@ def test_worker_options_per_worker(oracle: pp.PlanEnv) -> None:
         s = env.reset(seed=0)[0]
         acts = np.array([0, 1, 2, 1])
         assert_batches_equal(env.step_batch(acts, states=[s] * 4), oracle.step_batch(acts, states=[s] * 4))
+
+
+@pytest.mark.timeout(60)
+def test_the_actors_of_the_private_local_instance_count_as_workers_on_this_machine() -> None:
+    """Their tuner weighs them against this machine's cores (Tuner's ``workers_here``: no share where this
+    process adds no core); a cluster's actors may run elsewhere (``is_private()`` is False there)."""
+    import cloudpickle
+
+    from plan_parallel.workers.backends import select_backend
+    from plan_parallel.workers.ray_connect import is_private
+
+    chosen = select_backend("ray", cloudpickle.dumps((EnvFactory(CounterEnv, {}), None)), 2, "forkserver", None, None)
+    assert is_private() and chosen.workers_here is True

@@ -32,6 +32,7 @@ def test_two_nodes_placement_identical_results_and_a_node_lost_mid_batch() -> No
     assert r.returncode == 0 and lines, f"exit code {r.returncode}; stdout:\n{r.stdout}\nstderr tail:\n{r.stderr[-3000:]}"
     out = json.loads(lines[-1])
     assert out["ok"] is True
+    assert out["private"] is False  # an address given: the actors count as elsewhere (Backend.workers_here)
     assert sorted(out["placement"]) == ["head", "node2"]  # one worker per node
     assert out["restarts"] == 1 and out["placement_after"] == ["head", "head"]  # replaced on the surviving node
     assert out["leftover_processes"] == []

@@ -172,10 +172,10 @@ def test_items_of_a_millisecond_go_to_workers_that_fill_the_cores_without_asking
     over.learn_step(1.0)
     over.learn_step(1.0)
     assert over.for_the_workers(4, 4), "more workers than cores fill them too"
-    more_cores = Tuner(2, cores=3)  # the caller's core adds to a shared batch
-    more_cores.learn_step(1.0)
-    more_cores.learn_step(1.0)
-    assert not more_cores.for_the_workers(320, 16)
+    for more_cores in (Tuner(2, cores=3), Tuner(2, cores=2, workers_here=False)):  # the caller's core adds to a share
+        more_cores.learn_step(1.0)
+        more_cores.learn_step(1.0)
+        assert not more_cores.for_the_workers(320, 16)
     for mode in PLACES:
         forced = Tuner(2, mode, cores=2)
         forced.learn_step(1.0)
@@ -188,6 +188,7 @@ def test_auto_mode_shares_where_this_process_adds_a_core_or_the_items_are_reside
     assert Tuner(2, cores=2).may_share(resident=True), "a vector env's sub-envs need no restore here"
     assert Tuner(2, cores=3).may_share(resident=False)
     assert all(Tuner(2, mode, cores=2).may_share(resident=False) for mode in PLACES), "a forced mode decides"
+    assert Tuner(2, cores=2, workers_here=False).may_share(resident=False), "workers elsewhere leave this core free"
 
 
 def test_chunks_one_per_worker_until_step_times_are_known_then_up_to_three() -> None:

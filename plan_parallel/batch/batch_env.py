@@ -117,7 +117,7 @@ class BatchEnv:
                            "ipc_seconds": 0.0, "lent_batches": 0})
         self._placement = Placement(
             self._pool, tuner or Tuner(n, "auto" if small_batch_inline and timeout is None else "workers",
-                                       chunk_seconds=chosen.worker_type.chunk_seconds),
+                                       chunk_seconds=chosen.worker_type.chunk_seconds, workers_here=chosen.workers_here),
             lambda: PlanEnv(factory, adapter=adapter), self.stats)
         try:
             info = self._pool.start()

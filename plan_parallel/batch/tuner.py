@@ -96,6 +96,8 @@ class Tuner:
         cores: the cores this process may run on (default: its CPU affinity, or the CPU count).
         chunk_seconds: the env time a chunk holds at least when a worker's share of a batch
             is split in several (default: :data:`CHUNK_SECONDS`).
+        workers_here: the workers run on this process's machine and use its ``cores`` (False: they may
+            run elsewhere, a Ray cluster's nodes, and leave this process's core free).
         mode: ``"auto"`` (measure each place per op and size class, take the
             fastest), or one of :data:`PLACES` for every batch: ``"workers"``,
             ``"here"`` (in the calling process; for tests and debugging) or
@@ -107,7 +109,7 @@ class Tuner:
     """
 
     def __init__(self, n_workers: int, mode: str = "auto", cores: int | None = None,
-                 chunk_seconds: float | None = None) -> None:
+                 chunk_seconds: float | None = None, workers_here: bool = True) -> None:
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
         if n_workers < 1:
@@ -119,6 +121,8 @@ class Tuner:
         # process per core (on 2 cores, the caller and 1 worker ran Pong 1.41x inline, the
         # caller and 2 workers 1.20x: a third busy process only takes turns on the cores).
         self.cores = cores or usable_cores()
+        # This process adds no core to a batch: its workers are here and as many as the cores, or more.
+        self.workers_fill_the_cores = workers_here and self.cores <= n_workers
         self.share_workers = max(1, min(n_workers, self.cores - 1))
         self._figures: dict[tuple[str, int], Figures] = {}  # per (op, size class): see Figures
         self.step_seconds: float | None = None  # a worker's seconds per env step (EMA)
@@ -135,7 +139,7 @@ class Tuner:
 
     def for_the_workers(self, steps: int, n: int) -> bool:
         """A batch of ``n`` items and ``steps`` env steps that runs on the workers with no figure asked or learned:
-        in ``"auto"`` mode, when the workers fill the cores (this process adds none to a shared batch), there are
+        in ``"auto"`` mode, when the workers fill this machine's cores (this process adds none to a shared batch), there are
         items for each worker, and each item holds :data:`HEAVY_ITEM_SECONDS` of a worker's env time at least,
         by the step time learned from two batches at least (the first pays one-off costs: see :meth:`learn_step`).
 
@@ -144,13 +148,14 @@ class Tuner:
         looks faster than it is, and trials of the slower places cost whole batches.
         """
         step = self.step_seconds
-        return (self.mode == "auto" and step is not None and self.step_batches >= 2 and self.cores <= self.n_workers <= n
-                and steps * step >= n * HEAVY_ITEM_SECONDS)
+        return (self.mode == "auto" and step is not None and self.step_batches >= 2 and self.workers_fill_the_cores
+                and n >= self.n_workers and steps * step >= n * HEAVY_ITEM_SECONDS)
 
     def may_share(self, resident: bool) -> bool:
         """Whether a batch its caller waits for in full may be shared: always in a forced mode; in ``"auto"``
-        mode where this process adds a core to the workers' (more cores than workers), or runs the batch's
-        items its own way (``resident``: a vector env's sub-envs, kept at their states here, need no restore).
+        mode where this process adds a core to the workers' (more cores than workers, or workers elsewhere),
+        or runs the batch's items its own way (``resident``: a vector env's sub-envs, kept at their states
+        here, need no restore).
 
         Elsewhere a shared batch runs on as many processes as the workers alone, one of them this process
         with a piece at a time and the replies handled between pieces. Forced places in alternating samples,
@@ -159,7 +164,7 @@ class Tuner:
         HalfCheetah B=512 dt=4 1.717 against 1.500); the figures had put CartPole B=512 in the share in 211
         of 308 batches (1.044x). A vector env's 8 Pongs stepped shared ran 1.142x as fast as on the workers.
         """
-        return self.mode != "auto" or resident or self.cores > self.n_workers
+        return self.mode != "auto" or resident or not self.workers_fill_the_cores
 
     def place(self, size_class: tuple[str, int], can_share: bool = True) -> str:
         """Where a batch of this size class runs: one of :data:`PLACES` (see :meth:`choose`)."""

@@ -26,6 +26,9 @@ class Backend:
     new_worker: Callable[[int], Worker]
     #: How the backend shows in a repr: ``"context='forkserver'"``, ``"backend='ray'"``.
     where: str
+    #: The workers run on this machine's cores (process workers; the actors of a private local Ray
+    #: instance), which the calling process shares with them; False: they may run elsewhere (a cluster).
+    workers_here: bool = True
 
 
 def per_worker_options(options: Any, n: int) -> list[dict]:
@@ -65,11 +68,11 @@ def select_backend(name: str, blob: bytes, n: int, context: str, address: str | 
         raise ValueError("pin_workers is an option of backend='process' (Ray places its actors)")
     if name == "ray":
         from plan_parallel.workers.ray_actor import RayWorker
-        from plan_parallel.workers.ray_connect import connect
+        from plan_parallel.workers.ray_connect import connect, is_private
 
         connect(address)
         options = per_worker_options(worker_options, n)
-        return Backend(RayWorker, lambda i: RayWorker(i, blob, options[i]), "backend='ray'")
+        return Backend(RayWorker, lambda i: RayWorker(i, blob, options[i]), "backend='ray'", is_private())
     from plan_parallel.workers.process import ExternalProcess
 
     cores = worker_cores(n, pin_workers)
