@@ -117,13 +117,13 @@ class Tuner:
         self.n_workers = n_workers
         self.mode = mode
         self.chunk_seconds = CHUNK_SECONDS if chunk_seconds is None else chunk_seconds
+        self.cores = cores or usable_cores()
         # A shared batch runs on the calling process and at most this many workers: one
         # process per core (on 2 cores, the caller and 1 worker ran Pong 1.41x inline, the
         # caller and 2 workers 1.20x: a third busy process only takes turns on the cores).
-        self.cores = cores or usable_cores()
+        self.share_workers = max(1, min(n_workers, self.cores - 1))
         # This process adds no core to a batch: its workers are here and as many as the cores, or more.
         self.workers_fill_the_cores = workers_here and self.cores <= n_workers
-        self.share_workers = max(1, min(n_workers, self.cores - 1))
         self._figures: dict[tuple[str, int], Figures] = {}  # per (op, size class): see Figures
         self.step_seconds: float | None = None  # a worker's seconds per env step (EMA)
         self.step_batches = 0  # batches whose env time per step was learned
@@ -139,9 +139,10 @@ class Tuner:
 
     def for_the_workers(self, steps: int, n: int) -> bool:
         """A batch of ``n`` items and ``steps`` env steps that runs on the workers with no figure asked or learned:
-        in ``"auto"`` mode, when the workers fill this machine's cores (this process adds none to a shared batch), there are
-        items for each worker, and each item holds :data:`HEAVY_ITEM_SECONDS` of a worker's env time at least,
-        by the step time learned from two batches at least (the first pays one-off costs: see :meth:`learn_step`).
+        in ``"auto"`` mode, when the workers fill this machine's cores (this process adds none to a shared
+        batch), there are items for each worker, and each item holds :data:`HEAVY_ITEM_SECONDS` of a worker's
+        env time at least, by the step time learned from two batches at least (the first pays one-off costs:
+        see :meth:`learn_step`).
 
         Such a batch gains nothing from running here or shared, and the figures that would say so are
         measured at different times: on a machine whose speed moves, a place measured in a fast spell
