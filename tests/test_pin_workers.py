@@ -5,20 +5,26 @@ the workers are as many as those cores, and wherever the OS puts it when they
 are more or fewer; True and False force it; a worker that replaces a dead one takes its
 core; results equal inline's either way; a bad value or a Ray backend is refused
 before any worker starts; a batch's first chunk goes to a worker on another core than the calling
-thread's; a vector env's workers are pinned only when asked.
+thread's, and the thread waits for the replies off the core of a worker in flight, its cores given back
+when the wait ends or is cut short; a vector env's workers are pinned only when asked.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
+import threading
 import time
+from collections.abc import Iterator
 
 import numpy as np
 import pytest
 
 import plan_parallel as pp
 from plan_parallel.workers.cores import feed_order, worker_cores
+from tests.deadline import Hang, call_with_deadline
 from tests.envs import PidEnv
+from tests.envs_faults import SlowEnv
 from tests.helpers import assert_batches_equal
 
 pytestmark = [pytest.mark.timeout(120), pytest.mark.usefixtures("no_leaks_module"),
@@ -120,3 +126,52 @@ def test_a_batch_starts_on_the_worker_of_the_other_core() -> None:
                 assert batch.infos[0]["pid"] == env.pids[first]  # the first chunk (one, or one of two)
         finally:
             os.sched_setaffinity(0, before)
+
+
+
+@contextlib.contextmanager
+def _masks_while_waiting() -> Iterator[list[set[int]]]:
+    """This thread allowed the first two cores; the masks it has meanwhile, read every 5 ms by another
+    thread. Its own mask is put back afterwards."""
+    before = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, set(ALLOWED[:2]))
+    seen: list[set[int]] = []
+    tid = threading.get_native_id()
+    stop = threading.Event()
+
+    def watch() -> None:
+        while not stop.is_set():
+            seen.append(os.sched_getaffinity(tid))
+            time.sleep(0.005)
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    try:
+        yield seen
+    finally:
+        stop.set()
+        watcher.join(5)
+        os.sched_setaffinity(0, before)
+
+
+@needs_two_cores
+def test_a_thread_waiting_for_replies_leaves_the_core_of_a_worker_in_flight() -> None:
+    with pp.make(SlowEnv, n_workers=2, small_batch_inline=False, delay=0.2) as env:
+        state, _, _ = env.reset(seed=0)
+        with _masks_while_waiting() as seen:
+            env.step_batch(np.zeros(2, dtype=np.int64), [state] * 2)
+            after = os.sched_getaffinity(0)
+    assert any(len(mask) == 1 for mask in seen)  # both workers ran: it waited on one core, the other worker's
+    assert after == set(ALLOWED[:2])  # and it has its cores back
+
+
+@needs_two_cores
+def test_a_wait_cut_short_gives_the_thread_its_cores_back() -> None:
+    with pp.make(SlowEnv, n_workers=2, small_batch_inline=False, delay=0.5) as env:
+        state, _, _ = env.reset(seed=0)
+        with _masks_while_waiting() as seen:
+            with pytest.raises(Hang):
+                call_with_deadline(lambda: env.step_batch(np.zeros(2, dtype=np.int64), [state] * 2), 0.2)
+            after = os.sched_getaffinity(0)
+    assert any(len(mask) == 1 for mask in seen)
+    assert after == set(ALLOWED[:2])

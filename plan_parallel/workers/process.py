@@ -32,7 +32,7 @@ from typing import Any
 
 from plan_parallel.wire.messages import Call, Op, Reply, call_from_wire, call_wire, reply_from_wire, reply_wire
 from plan_parallel.wire.slabs import PROTOCOL
-from plan_parallel.workers.cores import run_on
+from plan_parallel.workers.cores import move_off, restore_cores, run_on
 from plan_parallel.workers.server import ready_reply, serve
 
 __all__ = ["PIPE_SAFE_BYTES", "ExternalProcess", "default_context", "describe_exit"]
@@ -288,6 +288,8 @@ class ExternalProcess:
         small VM); a reader that polls and yields answers in a few us. But a
         poller takes CPU time from the workers when they outnumber the free
         cores, so it polls only for replies that are due at once (tiny calls).
+        A caller about to block on the core of a worker in flight waits on another
+        (:func:`~plan_parallel.workers.cores.move_off`).
         """
         poller, owner = cls._poller_for(tuple(w.handles() for w in workers), wake)
         spin = SPIN_SECONDS if due_in is None or due_in <= SPIN_SECONDS else 0.0
@@ -300,7 +302,11 @@ class ExternalProcess:
             events = poller.poll(0)
         if not events and (timeout is None or timeout > spin):
             left = BLOCK_SLICE_SECONDS if timeout is None else min(BLOCK_SLICE_SECONDS, timeout - spin)
-            events = poller.poll(max(0, int(left * 1000) + 1))
+            mask = move_off({w.core for w in workers if w.core is not None})
+            try:
+                events = poller.poll(max(0, int(left * 1000) + 1))
+            finally:
+                restore_cores(mask)
         return sorted({owner[fd] for fd, _ in events if fd in owner})
 
 
