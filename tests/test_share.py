@@ -147,17 +147,19 @@ def test_with_as_many_cores_as_workers_a_shared_batch_leaves_one_worker_out(orac
 
 
 @pytest.mark.timeout(120)
-def test_items_of_a_millisecond_run_on_workers_that_fill_the_cores_never_here_or_shared(starts: list) -> None:
-    """The tuner's own choice (mode "auto"), 2 workers on 2 cores, items of 2 ms: once the workers' step time
-    is known from two batches (the figures measure each place in turns first: workers, here; the share adds
-    no core here), each batch runs on the workers (the figures would go on measuring here), and equals inline."""
-    with BatchEnv(EnvFactory(SlowEnv, {"delay": 0.002}), n_workers=2, tuner=Tuner(2, cores=2)) as env, \
+@pytest.mark.parametrize(("delay", "n"), [(0.002, 4), (0.0003, 24)], ids=["items-of-2ms", "shares-of-3.6ms"])
+def test_heavy_items_or_shares_run_on_workers_that_fill_the_cores_never_here_or_shared(delay: float, n: int) -> None:
+    """The tuner's own choice (mode "auto"), 2 workers on 2 cores, items of 2 ms (HEAVY_ITEM_SECONDS), or of
+    0.3 ms giving each worker 3.6 ms (WORKER_SHARE_SECONDS): once the workers' step time is known from two
+    batches (the figures measure each place in turns first: workers, here; the share adds no core here), each
+    batch runs on the workers (the figures would go on measuring here), and equals inline."""
+    with BatchEnv(EnvFactory(SlowEnv, {"delay": delay}), n_workers=2, tuner=Tuner(2, cores=2)) as env, \
             pp.make(SlowEnv, backend="inline", delay=0.0) as ref:
         s = ref.reset(seed=0)[0]
         env.reset(seed=0)
-        actions = np.array([0, 1, 2, 1])
+        actions = np.arange(n) % 3
         for k in range(9):
-            assert_batches_equal(env.step_batch(actions, [s] * 4), ref.step_batch(actions, [s] * 4))
+            assert_batches_equal(env.step_batch(actions, [s] * n), ref.step_batch(actions, [s] * n))
             if k == 2:
                 assert env.stats["inline_batches"] == 1 and env.stats["shared_batches"] == 0
         assert env.stats["inline_batches"] == 1 and env.stats["shared_batches"] == 0

@@ -2,11 +2,19 @@
 from __future__ import annotations
 
 import itertools
+import math
 
 import pytest
 
 from plan_parallel.batch import Tuner
-from plan_parallel.batch.tuner import EXPLORE_EVERY, FIRST_SAMPLES, HEAVY_ITEM_SECONDS, PLACES, SETTLED_TIMED_EVERY
+from plan_parallel.batch.tuner import (
+    EXPLORE_EVERY,
+    FIRST_SAMPLES,
+    HEAVY_ITEM_SECONDS,
+    PLACES,
+    SETTLED_TIMED_EVERY,
+    WORKER_SHARE_SECONDS,
+)
 
 SIZE = Tuner.size_class("step_batch", 8)
 
@@ -166,7 +174,7 @@ def test_items_of_a_millisecond_go_to_workers_that_fill_the_cores_without_asking
     assert not t.for_the_workers(320, 16), "one batch's step time: it may hold one-off costs"
     t.learn_step(HEAVY_ITEM_SECONDS / 20)
     assert t.for_the_workers(320, 16) and t.for_the_workers(40, 2)
-    assert not t.for_the_workers(300, 16), "an item short of HEAVY_ITEM_SECONDS"
+    assert not t.for_the_workers(60, 4), "an item short of HEAVY_ITEM_SECONDS, a worker's share of WORKER_SHARE_SECONDS"
     assert not t.for_the_workers(20, 1), "fewer items than workers: the figures decide"
     over = Tuner(4, cores=2)
     over.learn_step(1.0)
@@ -181,6 +189,25 @@ def test_items_of_a_millisecond_go_to_workers_that_fill_the_cores_without_asking
         forced.learn_step(1.0)
         forced.learn_step(1.0)
         assert not forced.for_the_workers(320, 16), "a forced mode places every batch itself"
+
+
+def test_batches_that_give_each_worker_enough_work_go_to_workers_that_fill_the_cores() -> None:
+    """Items of any size, each worker's share >= WORKER_SHARE_SECONDS of env time: the workers, unless the items
+    are resident here (a vector env's sub-envs), where the figures decide as before."""
+    t = Tuner(2, cores=2)
+    step = 1e-5  # items of one step, far below HEAVY_ITEM_SECONDS
+    t.learn_step(step)
+    assert not t.for_the_workers(400, 400), "one batch's step time: it may hold one-off costs"
+    t.learn_step(step)
+    enough = math.ceil(2 * WORKER_SHARE_SECONDS / step)
+    assert t.for_the_workers(enough, enough) and t.for_the_workers(enough, 2)
+    assert not t.for_the_workers(enough - 1, enough - 1), "a share short of WORKER_SHARE_SECONDS"
+    assert not t.for_the_workers(enough, enough, resident=True), "resident items: the figures decide"
+    assert not t.for_the_workers(enough, 1), "fewer items than workers"
+    more_cores = Tuner(2, cores=3)
+    more_cores.learn_step(step)
+    more_cores.learn_step(step)
+    assert not more_cores.for_the_workers(enough, enough), "this process adds a core: the figures decide"
 
 
 def test_auto_mode_shares_where_this_process_adds_a_core_or_the_items_are_resident_here() -> None:

@@ -11,7 +11,7 @@ import os
 from plan_parallel.batch.feeder import QUEUED_PER_WORKER
 
 __all__ = ["CHUNK_SECONDS", "EXPLORE_EVERY", "FIRST_SAMPLES", "HEAVY_ITEM_SECONDS", "MAX_EXPLORE_FACTOR", "MAX_RISE",
-           "MIN_CHUNK_SECONDS", "PLACES", "SETTLED_TIMED_EVERY", "Tuner", "usable_cores"]
+           "MIN_CHUNK_SECONDS", "PLACES", "SETTLED_TIMED_EVERY", "WORKER_SHARE_SECONDS", "Tuner", "usable_cores"]
 
 EXPLORE_EVERY = 32  # a place as fast as the fastest is re-measured after this many batches of its size class
 MAX_EXPLORE_FACTOR = 8  # and one r times slower after r**2 times as many (r at most this)
@@ -42,6 +42,18 @@ SETTLED_TIMED_EVERY = 4
 # the episodes 1.607 -> 1.657 and 1.523 -> 1.548x: the figures, measured minutes apart on a machine whose second
 # core came and went, had put 26 of 124 rollouts in the share and 5 here.
 HEAVY_ITEM_SECONDS = 1e-3
+# And so do batches that give each worker at least this much env time (not a vector env's resident steps, which
+# run their own way here): a call's fixed costs (a round trip of 0.3-0.5 ms, the caller's ~1 ms of CPU, much of
+# it while the workers run) are then small against a second core, and the figures, three samples a place taken
+# in turns (each place cold after the other's batch), had settled on "here" in 1-6 of 8 rows of the bench (a
+# trial of the workers ~40 batches later; a row is ~50-200). One bench row (fresh envs, 7 alternating samples)
+# 8 times each, the default ÷ every batch on the workers, without / with the rule: CartPole B=512
+# 0.947 -> 1.044 (6 of 8 rows ~95 % here before), HalfCheetah B=64 0.921 -> 0.966, Pong B=64 1.005 -> 0.998
+# (another 8: 0.973 -> 0.990, 2 rows 94 % here before, at 1.00 and 1.02x inline against the workers' 1.52 and
+# 1.63); rows the rule leaves to the figures as before: CartPole B=64 dt=4 1.125 / 1.209, HalfCheetah B=8 dt=4
+# 1.413 / 1.385 (both run here). At 1.2 ms it took HalfCheetah B=8 dt=4 to the workers in 3 rows of 8 (a
+# worker's step time, learned from small chunks, holds their fixed costs): 1.05-1.17 against ~1.4 here.
+WORKER_SHARE_SECONDS = 2e-3
 PLACES = ("workers", "here", "share")  # share: the workers take chunks from the front, this process from the back
 MODES = ("auto", *PLACES)
 
@@ -137,20 +149,24 @@ class Tuner:
         """
         return op, max(0, steps - 1).bit_length()
 
-    def for_the_workers(self, steps: int, n: int) -> bool:
+    def for_the_workers(self, steps: int, n: int, resident: bool = False) -> bool:
         """A batch of ``n`` items and ``steps`` env steps that runs on the workers with no figure asked or learned:
         in ``"auto"`` mode, when the workers fill this machine's cores (this process adds none to a shared
         batch), there are items for each worker, and each item holds :data:`HEAVY_ITEM_SECONDS` of a worker's
-        env time at least, by the step time learned from two batches at least (the first pays one-off costs:
-        see :meth:`learn_step`).
+        env time at least, or (unless ``resident``: see :meth:`may_share`) each worker's share of the batch
+        :data:`WORKER_SHARE_SECONDS`, by the step time learned from two batches at least (the first pays
+        one-off costs: see :meth:`learn_step`).
 
         Such a batch gains nothing from running here or shared, and the figures that would say so are
         measured at different times: on a machine whose speed moves, a place measured in a fast spell
         looks faster than it is, and trials of the slower places cost whole batches.
         """
         step = self.step_seconds
-        return (self.mode == "auto" and step is not None and self.step_batches >= 2 and self.workers_fill_the_cores
-                and n >= self.n_workers and steps * step >= n * HEAVY_ITEM_SECONDS)
+        if not (self.mode == "auto" and step is not None and self.step_batches >= 2 and self.workers_fill_the_cores
+                and n >= self.n_workers):
+            return False
+        work = steps * step
+        return work >= n * HEAVY_ITEM_SECONDS or (not resident and work >= self.n_workers * WORKER_SHARE_SECONDS)
 
     def may_share(self, resident: bool) -> bool:
         """Whether a batch its caller waits for in full may be shared: always in a forced mode; in ``"auto"``
