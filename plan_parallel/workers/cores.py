@@ -98,10 +98,10 @@ def move_off(busy: set[int]) -> set[int] | None:
     give back (:func:`restore_cores`, when it wakes), None when it stayed.
 
     A thread that sleeps wakes on its own core if the kernel lets it: there it took the core from the
-    worker still running (workers yield to the caller), with the other core idle. 2-core VM, W=2, every
-    batch on the workers, alternating samples in one process, moved / not: HalfCheetah B=64 1.046, 1.017x;
-    Pong B=64 1.011x; CartPole B=512 1.023x (the second worker's env time 1,770 -> 1,606 us, its chunk
-    the same as the first's, 1,567).
+    worker still running (workers yield to the caller), with the other core idle: that worker's env time
+    was 1,770 us against 1,516 for the same chunk (HalfCheetah B=64). 2-core VM, W=2, every batch on the
+    workers, moved / not in alternating samples in one process, two runs: HalfCheetah B=64 1.111, 1.024x;
+    Pong B=64 1.010, 1.010x; CartPole B=512 1.046, 1.030x; HalfCheetah B=512 1.017, 1.019x.
     """
     here = current_core()
     if here is None or here not in busy:
@@ -122,4 +122,3 @@ def restore_cores(mask: set[int] | None) -> None:
     if mask is not None:
         with contextlib.suppress(OSError):
             os.sched_setaffinity(0, mask)
-
