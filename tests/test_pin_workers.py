@@ -156,7 +156,7 @@ def _masks_while_waiting() -> Iterator[list[set[int]]]:
 
 @needs_two_cores
 def test_a_thread_waiting_for_replies_leaves_the_core_of_a_worker_in_flight() -> None:
-    with pp.make(SlowEnv, n_workers=2, small_batch_inline=False, delay=0.2) as env:
+    with pp.make(SlowEnv, n_workers=2, pin_workers=True, small_batch_inline=False, delay=0.2) as env:
         state, _, _ = env.reset(seed=0)
         with _masks_while_waiting() as seen:
             env.step_batch(np.zeros(2, dtype=np.int64), [state] * 2)
@@ -167,7 +167,7 @@ def test_a_thread_waiting_for_replies_leaves_the_core_of_a_worker_in_flight() ->
 
 @needs_two_cores
 def test_a_wait_cut_short_gives_the_thread_its_cores_back() -> None:
-    with pp.make(SlowEnv, n_workers=2, small_batch_inline=False, delay=0.5) as env:
+    with pp.make(SlowEnv, n_workers=2, pin_workers=True, small_batch_inline=False, delay=0.5) as env:
         state, _, _ = env.reset(seed=0)
         with _masks_while_waiting() as seen:
             with pytest.raises(Hang):
