@@ -12,7 +12,7 @@ from typing import Any
 
 from plan_parallel.batch import BatchEnv
 from plan_parallel.build import BACKENDS, make
-from plan_parallel.env import PlanEnv
+from plan_parallel.env.plan_env import PlanEnv
 from plan_parallel.errors import (
     ClosedError,
     PlanParallelError,
@@ -57,7 +57,7 @@ def make_vec(env: Any = None, num_envs: int | None = None, **kwargs: Any):
     ``env``: an env id, an env callable, or a list of callables (``env_fns=``), one per sub-env.
     See :func:`plan_parallel.vector.make_vec` for the arguments.
     """
-    from plan_parallel.vector import make_vec as _make_vec
+    from plan_parallel.vector.vector_env import make_vec as _make_vec
 
     return _make_vec(env, num_envs, **kwargs)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Literal, overload
 
-from plan_parallel.env import PlanEnv
+from plan_parallel.env.plan_env import PlanEnv
 from plan_parallel.factory import EnvFactory
 from plan_parallel.workers.cores import check_pin_workers
 

@@ -111,7 +111,7 @@ def stack_observations(space: spaces.Space, obs: list) -> Any:
 
 def step_batch_of(space: spaces.Space, lists: tuple, rows: np.ndarray | None = None) -> StepBatch:
     """The StepBatch of a loop's plain lists ``(states, observations, rewards, terminations, truncations,
-    infos)`` (see :func:`plan_parallel.loops.run_items`), its observations the states' own rows: ``rows``
+    infos)`` (see :func:`plan_parallel.env.loops.run_items`), its observations the states' own rows: ``rows``
     when the loop made them there, else stacked."""
     out_states, obs, rewards, terms, truncs, infos = lists
     if rows is not None:

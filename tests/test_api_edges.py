@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import plan_parallel as pp
-from plan_parallel.plan_cli import episode_end, summarize
+from plan_parallel.cli.plan import episode_end, summarize
 from plan_parallel.planners import RandomShooting, run_episode
 
 ROOT = Path(__file__).resolve().parent.parent

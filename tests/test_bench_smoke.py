@@ -10,8 +10,8 @@ import time
 
 import pytest
 
-from plan_parallel.bench_mcts import bench_mcts
-from plan_parallel.bench_vector import bench_vector
+from plan_parallel.cli.bench.mcts import bench_mcts
+from plan_parallel.cli.bench.vector import bench_vector
 
 RATE = r"[\d,]+(\.\d+)?"
 
@@ -44,7 +44,7 @@ def test_the_mcts_suite_prints_decisions_per_second_on_both_backends() -> None:
 
 @pytest.mark.timeout(300)
 def test_the_process_suite_prints_each_rows_own_ceiling_beside_its_ratios() -> None:
-    from plan_parallel.bench_process import bench_process
+    from plan_parallel.cli.bench.process import bench_process
 
     lines = bench_process(1, True, 2, [("CartPole-v1", "CartPole-v1", {})])
     header = next(ln for ln in lines if ln.startswith("workload"))
@@ -72,7 +72,7 @@ def test_the_process_suite_prints_each_rows_own_ceiling_beside_its_ratios() -> N
 def test_the_bare_pipe_round_trip_is_timed_against_a_process_it_stops_after() -> None:
     import multiprocessing as mp
 
-    from plan_parallel.bench_ceiling import pipe_round_trip
+    from plan_parallel.cli.bench.ceiling import pipe_round_trip
 
     before = set(mp.active_children())
     assert pipe_round_trip(200) > 0
@@ -80,7 +80,7 @@ def test_the_bare_pipe_round_trip_is_timed_against_a_process_it_stops_after() ->
 
 
 def test_cold_work_times_the_same_call_after_each_gap() -> None:
-    from plan_parallel.bench_ceiling import cold_work
+    from plan_parallel.cli.bench.ceiling import cold_work
 
     t0 = time.perf_counter()
     times = cold_work((0.0, 2e-3), calls=20)
@@ -91,8 +91,8 @@ def test_cold_work_times_the_same_call_after_each_gap() -> None:
 def test_the_cpu_bound_is_the_cores_time_over_the_cpu_an_item_spends_in_every_process() -> None:
     """Inline takes 100 us an item; on the workers an item costs 20 us of the caller's CPU and 130 us of
     the workers': 2 cores supply 200 us of CPU per 100 us, enough for 200 / 150 of an item."""
-    from plan_parallel.bench_process import cpu_bound
-    from plan_parallel.bench_timing import Timing
+    from plan_parallel.cli.bench.process import cpu_bound
+    from plan_parallel.cli.bench.timing import Timing
 
     inline = Timing(100e-6, 100e-6, 0.0)
     assert cpu_bound(inline, Timing(60e-6, 20e-6, 130e-6), 2) == pytest.approx(200 / 150)
@@ -103,8 +103,8 @@ def test_the_cpu_bound_is_the_cores_time_over_the_cpu_an_item_spends_in_every_pr
 def test_the_raw_crew_runs_the_raw_loop_in_each_of_its_processes_at_once() -> None:
     import os
 
-    from plan_parallel.bench_ceiling import RawCrew
-    from plan_parallel.bench_timing import process_cpu_seconds
+    from plan_parallel.cli.bench.ceiling import RawCrew
+    from plan_parallel.cli.bench.timing import process_cpu_seconds
 
     with RawCrew("CartPole-v1", {}, 2, 8) as crew:
         assert len(crew.pids) == 2 and os.getpid() not in crew.pids, crew.pids
@@ -117,7 +117,7 @@ def test_the_raw_crew_runs_the_raw_loop_in_each_of_its_processes_at_once() -> No
 def test_a_speedup_is_the_median_of_the_ratios_of_samples_taken_in_the_same_turn() -> None:
     """A slower minute slows both samples of a turn: each turn's ratio stays. Here it began during the third
     turn, between its two samples: the turns' ratios give 2x, the two medians would give 8x."""
-    from plan_parallel.bench_timing import Timing
+    from plan_parallel.cli.bench.timing import Timing
 
     fast = Timing(0.0, 0.0, 0.0, (1.0, 1.0, 1.0, 4.0, 4.0))
     slow = Timing(0.0, 0.0, 0.0, (2.0, 2.0, 8.0, 8.0, 8.0))

@@ -9,7 +9,7 @@ import pytest
 from gymnasium.wrappers import FrameStackObservation
 
 import plan_parallel as pp
-from plan_parallel.cli import main as cli_main
+from plan_parallel.cli.main import main as cli_main
 from plan_parallel.state.fallbacks import GenericPickleAdapter
 from plan_parallel.state.families import ClassicControlAdapter, ToyTextAdapter
 

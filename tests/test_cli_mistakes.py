@@ -28,7 +28,7 @@ CASES = [
 
 
 def run_cli(*argv: str) -> subprocess.CompletedProcess:
-    code = "import sys; from plan_parallel.cli import main; sys.exit(main(sys.argv[1:]))"
+    code = "import sys; from plan_parallel.cli.main import main; sys.exit(main(sys.argv[1:]))"
     return subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, timeout=120)
 
 
@@ -71,7 +71,7 @@ def undescribed(help_text: str) -> list[str]:
 
 @pytest.mark.timeout(60)
 def test_every_option_and_suite_is_described() -> None:
-    from plan_parallel.bench import SUITES
+    from plan_parallel.cli.bench.suites import SUITES
 
     for command in ("plan", "check", "bench"):
         h = run_cli(command, "--help").stdout

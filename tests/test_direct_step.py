@@ -13,7 +13,7 @@ from gymnasium.error import ResetNeeded
 from gymnasium.wrappers import FrameStackObservation, TimeLimit
 
 import plan_parallel as pp
-from plan_parallel.env import PlanEnv
+from plan_parallel.env.plan_env import PlanEnv
 from plan_parallel.factory import EnvFactory
 from plan_parallel.state import set_state
 from plan_parallel.state.wrappers import direct_step

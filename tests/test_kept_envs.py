@@ -22,7 +22,7 @@ from contextlib import contextmanager
 import numpy as np
 import pytest
 
-from plan_parallel.env import PlanEnv
+from plan_parallel.env.plan_env import PlanEnv
 from plan_parallel.factory import EnvFactory
 from plan_parallel.state import State
 from plan_parallel.workers import kept_envs

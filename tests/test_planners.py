@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import plan_parallel as pp
-from plan_parallel.cli import main
+from plan_parallel.cli.main import main
 from plan_parallel.planners import MCTS, BeamSearch, Planner, RandomShooting, rollout, run_episode
 from plan_parallel.planners.presets import make_planner
 

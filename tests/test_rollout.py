@@ -15,8 +15,8 @@ import pytest
 from gymnasium import spaces
 
 import plan_parallel as pp
+from plan_parallel.env.loops import UniformPolicy
 from plan_parallel.errors import StateError
-from plan_parallel.loops import UniformPolicy
 from plan_parallel.state import State
 from tests.envs import CounterEnv, DictObsEnv
 from tests.helpers import assert_tree_equal, sample_actions

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from gymnasium.vector import VectorEnv
 
-from plan_parallel.vector_infos import merge_rows
+from plan_parallel.vector.infos import merge_rows
 
 
 def _gymnasium_merge(rows: list[dict]) -> dict:

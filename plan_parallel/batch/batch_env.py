@@ -27,10 +27,10 @@ from plan_parallel.batch.parts import dumps
 from plan_parallel.batch.placement import Decision, Placement
 from plan_parallel.batch.pool import WorkerPool
 from plan_parallel.batch.tuner import Tuner
-from plan_parallel.env import PlanEnv
+from plan_parallel.env.loops import UniformPolicy
+from plan_parallel.env.plan_env import PlanEnv
 from plan_parallel.errors import ClosedError, StateError
 from plan_parallel.inputs import check_dt, check_kind, check_seed
-from plan_parallel.loops import UniformPolicy
 from plan_parallel.results import RolloutBatch, StepBatch, stack_observations, step_batch_of
 from plan_parallel.state import State, StateBatch
 from plan_parallel.wire.codec import Job

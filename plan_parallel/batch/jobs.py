@@ -13,8 +13,8 @@ import numpy as np
 from gymnasium import spaces
 
 from plan_parallel.action_inputs import check_actions
+from plan_parallel.env.loops import UniformPolicy
 from plan_parallel.inputs import check_dt, check_rollout, check_seeds, check_states
-from plan_parallel.loops import UniformPolicy
 from plan_parallel.state import State
 from plan_parallel.state.sim_blobs import sim_blobs
 from plan_parallel.wire.codec import Job

@@ -29,7 +29,7 @@ from typing import Any
 from plan_parallel.batch.future import BatchFuture
 from plan_parallel.batch.pool import WorkerPool
 from plan_parallel.batch.tuner import MIN_CHUNK_SECONDS, Tuner
-from plan_parallel.env import PlanEnv
+from plan_parallel.env.plan_env import PlanEnv
 from plan_parallel.errors import failed_item
 from plan_parallel.interrupts import ctrl_c_deferred
 from plan_parallel.results import step_batch_of

@@ -12,7 +12,7 @@ from typing import Any, Protocol
 import numpy as np
 from gymnasium import spaces
 
-from plan_parallel.loops import RolloutParts, to_rollout_batch
+from plan_parallel.env.loops import RolloutParts, to_rollout_batch
 from plan_parallel.results import RolloutBatch, StepBatch, share_observations, stack_observations
 from plan_parallel.state.state_batch import StateBatch
 from plan_parallel.wire.columns import OUTCOMES, listed_rows, state_maker, unpack_infos, unpack_outcomes, unpack_states

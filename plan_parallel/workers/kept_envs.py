@@ -24,8 +24,8 @@ from typing import Any
 
 import numpy as np
 
-from plan_parallel.env import PlanEnv
-from plan_parallel.loops import step_each
+from plan_parallel.env.loops import step_each
+from plan_parallel.env.plan_env import PlanEnv
 from plan_parallel.state import State
 
 __all__ = ["BUILD_CALL_SECONDS", "BUILD_SHARE", "MAX_KEPT", "KeptEnvs", "fingerprint"]

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from plan_parallel.env import PlanEnv
+from plan_parallel.env.plan_env import PlanEnv
 from plan_parallel.errors import failed_item
 from plan_parallel.factory import quiet_ale_for_good
 from plan_parallel.wire.columns import pack_infos, pack_outcomes, pack_states, stack_rows

@@ -27,7 +27,7 @@ No xfail is left here. Sub-envs that differ beyond their spaces
 (test_heterogeneous_sub_envs), a setting outside the state set per sub-env
 (test_set_attr: ``gravity``) and ``observation_mode="different"``
 (test_observation_mode_different) run on one planning env per distinct recipe
-(plan_parallel.vector_groups); the tests next to each check the groups made.
+(plan_parallel.vector.groups); the tests next to each check the groups made.
 """
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """The attribute side of :class:`~plan_parallel.vector.PlanVectorEnv`: ``call``, ``get_attr``, ``set_attr``, ``render``.
 
 A sub-env is a state, not an env object, so its attributes are read from an env
-in this process (its recipe group's, see :mod:`plan_parallel.vector_groups`)
+in this process (its recipe group's, see :mod:`plan_parallel.vector.groups`)
 restored to that state. What the state does not hold is kept where gymnasium's
 ``SyncVectorEnv`` keeps it on each env:
 
@@ -26,8 +26,8 @@ import numpy as np
 
 from plan_parallel.errors import ClosedError, StateError
 from plan_parallel.state import State, get_state
-from plan_parallel.vector_groups import RecipeGroups, same_value
-from plan_parallel.vector_inputs import check_indices
+from plan_parallel.vector.groups import RecipeGroups, same_value
+from plan_parallel.vector.inputs import check_indices
 
 __all__ = ["VectorAttrs", "has_attr"]
 
@@ -150,7 +150,7 @@ class VectorAttrs:
         - a setting outside the state (``gravity``, ``force_mag``): the sub-env
           moves, keeping its state, to the recipe group of its env with that
           setting, made if needed (its own workers: see
-          :mod:`plan_parallel.vector_groups`); groups left without a sub-env close;
+          :mod:`plan_parallel.vector.groups`); groups left without a sub-env close;
         - a name the env does not have: created, kept per sub-env in this process
           (the env's code does not read it).
 

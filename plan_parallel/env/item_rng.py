@@ -1,7 +1,7 @@
 """The RNG a policy draws with for one item of a rollout: the same on every backend and worker split.
 
 Without a seed it is derived from a digest of the item's start state and its index in the caller's batch
-(never from its place in a chunk); see :mod:`plan_parallel.loops`.
+(never from its place in a chunk); see :mod:`plan_parallel.env.loops`.
 """
 from __future__ import annotations
 

@@ -10,7 +10,7 @@ and reads their attributes.
 
 - At construction every sub-env of ``make_vec(env, num_envs)`` is one recipe;
   ``env_fns`` callables whose envs are the same env (same class and spec, see
-  :mod:`plan_parallel.vector_fns`) share one, others get their own.
+  :mod:`plan_parallel.vector.fns`) share one, others get their own.
 - ``set_attr`` of a setting outside the state moves the sub-env, with its
   state, to the group of its recipe plus that override (an override equal to
   the source's own value is dropped, so setting one value back on every
@@ -36,13 +36,13 @@ from gymnasium.vector.utils import concatenate, create_empty_array
 from gymnasium.wrappers import RenderCollection
 
 from plan_parallel.build import make
-from plan_parallel.env import PlanEnv
+from plan_parallel.env.plan_env import PlanEnv
 from plan_parallel.errors import StateError, WorkerTimeoutError
 from plan_parallel.factory import EnvFactory
 from plan_parallel.inputs import check_kind, check_states
 from plan_parallel.results import StepBatch, step_batch_of
 from plan_parallel.state import State
-from plan_parallel.vector_inputs import is_array_space
+from plan_parallel.vector.inputs import is_array_space
 
 __all__ = ["Done", "GatheredStep", "Group", "Recipe", "RecipeGroups", "close_each", "render_collection", "same_overrides",
            "same_value", "wait_done"]

@@ -9,7 +9,7 @@ per-pair ratios.
 
 Each turn also times the raw loop over a rollout batch's work (16 items of 20
 env steps, the preset's) alone and in ``workers`` processes at once
-(:class:`~plan_parallel.bench_ceiling.RawCrew`): that turn's ceiling, what
+(:class:`~plan_parallel.cli.bench.ceiling.RawCrew`): that turn's ceiling, what
 ``workers`` processes could gain on this machine then. ``eff`` is the
 process backend's ratio ÷ the ceiling of the same turn (median over turns).
 """
@@ -20,9 +20,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from plan_parallel.bench import make_workload, raw_loop
-from plan_parallel.bench_ceiling import RawCrew, parallel_ceiling
-from plan_parallel.bench_timing import calls_lasting
+from plan_parallel.cli.bench.ceiling import RawCrew, parallel_ceiling
+from plan_parallel.cli.bench.common import make_workload, raw_loop
+from plan_parallel.cli.bench.timing import calls_lasting
 
 __all__ = ["ENV_ID", "bench_mcts"]
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from plan_parallel.bench import alternate, make_workload
+from plan_parallel.cli.bench.common import alternate, make_workload
 
 __all__ = ["bench_rollout", "chained_step_batch"]
 

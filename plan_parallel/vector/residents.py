@@ -20,11 +20,11 @@ from typing import Any
 
 import numpy as np
 
-from plan_parallel.env import PlanEnv
+from plan_parallel.env.loops import step_each
+from plan_parallel.env.plan_env import PlanEnv
 from plan_parallel.errors import mark_failed_item
-from plan_parallel.loops import step_each
 from plan_parallel.state import State
-from plan_parallel.vector_groups import Group, RecipeGroups, close_each
+from plan_parallel.vector.groups import Group, RecipeGroups, close_each
 
 __all__ = ["Residents"]
 

@@ -2,7 +2,7 @@
 
 Each callable is run once here to compare the envs. Callables whose envs are
 the same env (same class and ``spec``: id, kwargs, wrappers) share one recipe
-group, built from the first of them (see :mod:`plan_parallel.vector_groups`):
+group, built from the first of them (see :mod:`plan_parallel.vector.groups`):
 they may differ in what they do after building it (``make_env(id, seed)``
 resetting each with its own seed), which is kept, as a sub-env never reset,
 reset or read without a seed, is a fresh env from its own callable, as each of
@@ -23,7 +23,7 @@ from typing import Any, NamedTuple
 from gymnasium.spaces.utils import is_space_dtype_shape_equiv
 from gymnasium.vector.utils import batch_differing_spaces
 
-from plan_parallel.vector_inputs import is_int
+from plan_parallel.vector.inputs import is_int
 
 __all__ = ["EnvFns", "check_env_fns", "check_spaces", "is_env_fns", "same_env"]
 

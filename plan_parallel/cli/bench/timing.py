@@ -82,7 +82,7 @@ def measure(fns: dict[str, Callable[[], Any]], repeats: int,
     Args:
         fns: name -> a call to time.
         repeats: samples per function; the functions take turns, in an order shuffled each repeat (seeded:
-            the one after a function that ran W processes starts with cold caches; see :mod:`.bench_vector`).
+            the one after a function that ran W processes starts with cold caches; see :mod:`.vector`).
         pids: name -> the worker pids whose CPU that function's calls use
             (their total over every sample, per call: /proc counts in ticks).
         warmup: untimed calls of each function first, and for :data:`WARMUP_SECONDS` at least

@@ -9,13 +9,13 @@ from the states they carry, and every sub-env can be snapshot and restored
 
 Sub-envs that are different envs (``env_fns`` building other envs, or a setting
 outside the state changed by ``set_attr``) are stepped by one planning env per
-distinct recipe, each with its own workers (:mod:`plan_parallel.vector_groups`);
+distinct recipe, each with its own workers (:mod:`plan_parallel.vector.groups`);
 a step sends each group's items to its planning env and gathers them back.
 
 A step that runs in this process (the inline backend, or a step the process
 or Ray backend judges too small for the workers, or this process's share of
 one) steps each sub-env on an env of its own kept at its state, which steps on
-without a restore (:mod:`plan_parallel.vector_residents`); the states are
+without a restore (:mod:`plan_parallel.vector.residents`); the states are
 captured all the same, so where a step runs never changes its result.
 
 Resets run on an inline env in this process, restored to the sub-env's state
@@ -43,14 +43,14 @@ from plan_parallel.errors import WaitTimeoutError
 from plan_parallel.interrupts import ctrl_c_deferred
 from plan_parallel.results import StepBatch
 from plan_parallel.state import State
-from plan_parallel.vector_core import Received, Step, VectorCore
-from plan_parallel.vector_groups import Done, GatheredStep, wait_done
-from plan_parallel.vector_infos import merge_rows
-from plan_parallel.vector_inputs import (
+from plan_parallel.vector.core import Received, Step, VectorCore
+from plan_parallel.vector.groups import Done, GatheredStep, wait_done
+from plan_parallel.vector.infos import merge_rows
+from plan_parallel.vector.inputs import (
     check_vector_actions,
     is_array_space,
 )
-from plan_parallel.vector_partial import PartialGather
+from plan_parallel.vector.partial import PartialGather
 
 __all__ = ["PlanVectorEnv", "Received", "make_vec"]
 
@@ -62,7 +62,7 @@ def make_vec(env: str | Callable[..., Any] | Sequence[Callable[[], Any]] | None 
     ``pp.make_vec(env, num_envs=N, n_workers=W, backend="process", autoreset_mode=...,
     **env_kwargs)``, or ``pp.make_vec(env_fns=[f, ...])`` (or the list as ``env``):
     one sub-env per callable, as gymnasium's vector envs (see
-    :mod:`plan_parallel.vector_fns`). The arguments are :class:`PlanVectorEnv`'s.
+    :mod:`plan_parallel.vector.fns`). The arguments are :class:`PlanVectorEnv`'s.
     """
     if env_fns is not None:
         if env is not None:
@@ -77,7 +77,7 @@ class PlanVectorEnv(PartialGather, VectorCore):  # type: ignore[misc]  # np_rand
     """N sub-envs kept as states in this process and stepped by planning workers (see :func:`make_vec`).
 
     Besides the ``VectorEnv`` API: ``step_async`` / ``step_wait(timeout)``,
-    ``send`` / ``recv`` (partial gather, :mod:`plan_parallel.vector_partial`), ``get_states`` / ``set_states``, and
+    ``send`` / ``recv`` (partial gather, :mod:`plan_parallel.vector.partial`), ``get_states`` / ``set_states``, and
     ``call`` / ``get_attr`` / ``set_attr`` with ``indices=``.
 
     A call that raises leaves every sub-env as it was before the call (states,

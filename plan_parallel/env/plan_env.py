@@ -12,15 +12,14 @@ from typing import Any
 import numpy as np
 
 from plan_parallel.action_inputs import check_action, check_actions
+from plan_parallel.env.loops import Policy, RolloutParts, UniformPolicy, act_into, run_items, run_rollouts, to_rollout_batch
 from plan_parallel.errors import ClosedError, StateError
-from plan_parallel.factory import EnvFactory
 from plan_parallel.inputs import check_dt, check_rollout, check_seed, check_seeds, check_states
-from plan_parallel.loops import Policy, RolloutParts, UniformPolicy, act_into, run_items, run_rollouts, to_rollout_batch
 from plan_parallel.results import RolloutBatch, StepBatch, step_batch_of
 from plan_parallel.state import Adapter, State, bind
 from plan_parallel.state.state_value import validate_each
 
-__all__ = ["EnvFactory", "PlanEnv", "run_items", "run_rollouts"]  # EnvFactory, run_* re-exported
+__all__ = ["PlanEnv"]
 
 
 class PlanEnv:
@@ -187,7 +186,7 @@ class PlanEnv:
         """Run already-checked items (``states=None``: from the current state); plain lists back.
 
         The work of a worker: inputs were checked by the caller before sending. See
-        :func:`~plan_parallel.loops.run_items`. ``obs_rows``: rows of a slab the caller
+        :func:`~plan_parallel.env.loops.run_items`. ``obs_rows``: rows of a slab the caller
         lent (:meth:`observation_form`), where the observations are made and stay: the
         env then forgets which state it holds (the next item is restored).
         """
@@ -298,7 +297,7 @@ class PlanEnv:
 
         Raises:
             TypeError/ValueError: the action space has no uniform sampler (see
-                :class:`~plan_parallel.loops.UniformPolicy`).
+                :class:`~plan_parallel.env.loops.UniformPolicy`).
         """
         if self._uniform is None:
             self._uniform = UniformPolicy(self.action_space)
@@ -321,7 +320,7 @@ class PlanEnv:
 
         The work of a worker: inputs were checked by the caller before sending.
         With ``actions`` and ``policy`` both None, uniform random actions are
-        drawn. See :func:`~plan_parallel.loops.run_rollouts` for the arguments.
+        drawn. See :func:`~plan_parallel.env.loops.run_rollouts` for the arguments.
         """
         self._check_open()
         if states is None:
@@ -368,7 +367,7 @@ class PlanEnv:
                 and its policy RNG is an independent stream of the same seed. Without
                 seeds, the env keeps the state's own RNG and the policy RNG is derived
                 from the start state and the item's index in this batch (see
-                :func:`~plan_parallel.item_rng.item_rng`): reproducible, identical on
+                :func:`~plan_parallel.env.item_rng.item_rng`): reproducible, identical on
                 every backend, and different for copies of one state.
             return_all: also return every intermediate state and observation.
 

@@ -21,8 +21,8 @@ from typing import Any, NamedTuple
 import numpy as np
 from gymnasium import spaces
 
+from plan_parallel.env.item_rng import item_rng
 from plan_parallel.errors import mark_failed_item
-from plan_parallel.item_rng import item_rng
 from plan_parallel.results import RolloutBatch, stack_observations
 from plan_parallel.state import Adapter, State, StateBatch
 

@@ -1,11 +1,11 @@
 """The base of :class:`~plan_parallel.vector.PlanVectorEnv`: construction, resets, states, closing.
 
-The N sub-envs are states kept in this process (see :mod:`plan_parallel.vector`);
+The N sub-envs are states kept in this process (see :mod:`plan_parallel.vector.vector_env`);
 this module holds what every vector call shares: building the recipe groups
-(each a planning env and an env in this process, see :mod:`plan_parallel.vector_groups`),
+(each a planning env and an env in this process, see :mod:`plan_parallel.vector.groups`),
 the checks, resets (:meth:`VectorCore.reset`), committing a sub-env's new state,
 batching the observations, ``get_states`` / ``set_states`` and closing. Stepping
-(``step``, ``send`` / ``recv``) is in :mod:`plan_parallel.vector`.
+(``step``, ``send`` / ``recv``) is in :mod:`plan_parallel.vector.vector_env`.
 """
 from __future__ import annotations
 
@@ -21,10 +21,10 @@ from gymnasium.vector.utils import batch_differing_spaces, batch_space, concaten
 from plan_parallel.errors import ClosedError, StateError
 from plan_parallel.interrupts import ctrl_c_deferred
 from plan_parallel.state import State
-from plan_parallel.vector_attrs import VectorAttrs
-from plan_parallel.vector_fns import check_env_fns, is_env_fns
-from plan_parallel.vector_groups import RecipeGroups
-from plan_parallel.vector_inputs import (
+from plan_parallel.vector.attrs import VectorAttrs
+from plan_parallel.vector.fns import check_env_fns, is_env_fns
+from plan_parallel.vector.groups import RecipeGroups
+from plan_parallel.vector.inputs import (
     check_autoreset_flags,
     check_indices,
     check_observation_mode,
@@ -34,7 +34,7 @@ from plan_parallel.vector_inputs import (
     is_array_space,
     is_int,
 )
-from plan_parallel.vector_residents import Residents
+from plan_parallel.vector.residents import Residents
 
 __all__ = ["Received", "Step", "VectorCore", "empty_batch"]
 
@@ -97,7 +97,7 @@ class VectorCore(VectorAttrs, VectorEnv):  # type: ignore[misc]  # np_random(_se
             env: a gymnasium env id, a callable returning a ``gymnasium.Env``, or a
                 list of such callables, one per sub-env (gymnasium's ``env_fns``;
                 callables building different envs get a planning env each, see
-                :mod:`plan_parallel.vector_fns`).
+                :mod:`plan_parallel.vector.fns`).
             num_envs: N, the number of sub-envs (any N >= 1, independent of ``n_workers``;
                 default 1, or ``len(env_fns)``).
             n_workers: workers of the ``"process"`` and ``"ray"`` backends (default: CPU count).
@@ -202,7 +202,7 @@ class VectorCore(VectorAttrs, VectorEnv):  # type: ignore[misc]  # np_random(_se
     @property
     def plan_envs(self) -> tuple[Any, ...]:
         """The planning env of each recipe group, oldest first (one unless sub-envs differ, see
-        :mod:`plan_parallel.vector_groups`)."""
+        :mod:`plan_parallel.vector.groups`)."""
         return tuple(g.plan for g in self._recipes.groups)
 
     @property

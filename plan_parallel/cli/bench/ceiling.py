@@ -26,7 +26,7 @@ import statistics
 import time
 from typing import Any
 
-from plan_parallel.bench import make_workload, raw_loop
+from plan_parallel.cli.bench.common import make_workload, raw_loop
 
 __all__ = ["COLD_GAPS", "RawCrew", "cold_work", "parallel_ceiling", "pipe_round_trip"]
 
@@ -159,7 +159,7 @@ class RawCrew:
     """``workers`` processes, each with the bench's raw loop over the same first ``b`` items of the workload.
 
     :meth:`run` has them all run it at once, a contestant of
-    :func:`~plan_parallel.bench_timing.measure`: its items/s over the raw loop's
+    :func:`~plan_parallel.cli.bench.timing.measure`: its items/s over the raw loop's
     in the same samples is the ceiling of that row, and :attr:`pids` give the CPU
     an item costs with every core busy.
     """

@@ -17,10 +17,10 @@ from gymnasium.vector.utils import concatenate
 
 from plan_parallel.errors import WaitTimeoutError
 from plan_parallel.interrupts import ctrl_c_deferred
-from plan_parallel.vector_core import Received, Step, empty_batch
-from plan_parallel.vector_groups import RecipeGroups, wait_done
-from plan_parallel.vector_infos import add_info
-from plan_parallel.vector_inputs import check_indices, check_vector_actions, is_int
+from plan_parallel.vector.core import Received, Step, empty_batch
+from plan_parallel.vector.groups import RecipeGroups, wait_done
+from plan_parallel.vector.infos import add_info
+from plan_parallel.vector.inputs import check_indices, check_vector_actions, is_int
 
 __all__ = ["PartialGather"]
 

@@ -47,7 +47,7 @@ CASES: list[tuple[str, str, dict[str, Any], int, int, int]] = [
 def _runner(venv: Any, cpu: list[float]) -> Callable[[np.ndarray], float]:
     """A function that steps ``venv`` through some actions and returns the seconds it took; the CPU
     seconds of this process and of ``venv``'s workers are added to ``cpu[0]``."""
-    from plan_parallel.bench_timing import process_cpu_seconds
+    from plan_parallel.cli.bench.timing import process_cpu_seconds
 
     processes = getattr(venv, "processes", None)  # AsyncVectorEnv's workers
     pids = [p.pid for p in processes] if processes is not None else getattr(getattr(venv, "plan_env", None), "pids", [])
@@ -69,7 +69,7 @@ def bench_vector(repeats: int, quick: bool, workers: int,
     import gymnasium as gym
 
     import plan_parallel as pp
-    from plan_parallel.bench_ceiling import parallel_ceiling
+    from plan_parallel.cli.bench.ceiling import parallel_ceiling
     from plan_parallel.factory import EnvFactory
 
     lines = [

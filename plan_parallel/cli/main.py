@@ -2,54 +2,12 @@
 from __future__ import annotations
 
 import argparse
-import ast
 import sys
 from collections.abc import Sequence
-from typing import Any
 
-__all__ = ["build_parser", "main", "parse_env_kwargs", "probe_env"]
+from plan_parallel.cli.args import parse_env_kwargs, probe_env
 
-
-def parse_env_kwargs(pairs: Sequence[str]) -> dict[str, Any]:
-    """``["is_slippery=True", "map_name=8x8"]`` -> kwargs; values are Python literals, else strings.
-
-    Raises:
-        ValueError: a pair without ``=``.
-    """
-    out: dict[str, Any] = {}
-    for pair in pairs:
-        key, sep, raw = pair.partition("=")
-        if not sep or not key:
-            raise ValueError(f"env kwargs must look like key=value, got {pair!r}")
-        try:
-            out[key] = ast.literal_eval(raw)
-        except (ValueError, SyntaxError):
-            out[key] = raw
-    return out
-
-
-def probe_env(env_id: str, pairs: Sequence[str]) -> Any:
-    """Build one env of ``env_id`` with the ``--kw`` pairs, here and now; returns its action space.
-
-    A user's mistake in the id or the kwargs is found this way before any worker
-    starts (a worker would report it only after it started).
-
-    Raises:
-        ValueError: a pair without ``=``, or kwargs the env refuses.
-        gymnasium.error.Error: an id gymnasium does not know, or a missing dependency.
-    """
-    from plan_parallel.factory import EnvFactory
-
-    factory = EnvFactory(env_id, parse_env_kwargs(pairs))
-    try:
-        env = factory()
-    except TypeError as e:  # gymnasium.make refusing the kwargs
-        kw = ", ".join(pairs) or "no kwargs"
-        raise ValueError(f"cannot build {env_id} with {kw}: {str(e).splitlines()[0]}") from e
-    try:
-        return env.action_space
-    finally:
-        env.close()
+__all__ = ["build_parser", "main"]
 
 
 def _cmd_check(args: argparse.Namespace) -> int:
@@ -69,13 +27,13 @@ def _cmd_check(args: argparse.Namespace) -> int:
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
-    from plan_parallel.bench import run_bench
+    from plan_parallel.cli.bench.suites import run_bench
 
     return run_bench(args)
 
 
 def _cmd_plan(args: argparse.Namespace) -> int:
-    from plan_parallel.plan_cli import run_plan
+    from plan_parallel.cli.plan import run_plan
 
     return run_plan(args)
 
@@ -113,7 +71,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
     defaults = _DefaultsFormatter
 
-    from plan_parallel.plan_cli import add_plan_arguments
+    from plan_parallel.cli.plan import add_plan_arguments
 
     pl = sub.add_parser("plan", formatter_class=defaults,
                         help="run a planner (MCTS, random shooting, beam search) on an env; report returns and speed")
@@ -128,7 +86,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--no-fresh-process", action="store_true", help="skip the check in a new process")
     c.set_defaults(func=_cmd_check)
 
-    from plan_parallel.bench import add_bench_arguments
+    from plan_parallel.cli.bench.suites import add_bench_arguments
 
     b = sub.add_parser("bench", formatter_class=_DefaultsFormatter,
                        help="throughput of the backends against a hand-written loop",

@@ -7,9 +7,9 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from plan_parallel.bench import make_workload, raw_loop
-from plan_parallel.bench_ceiling import COLD_GAPS, RawCrew, cold_work, parallel_ceiling, pipe_round_trip
-from plan_parallel.bench_timing import Timing, calls_lasting, measure, process_cpu_seconds
+from plan_parallel.cli.bench.ceiling import COLD_GAPS, RawCrew, cold_work, parallel_ceiling, pipe_round_trip
+from plan_parallel.cli.bench.common import make_workload, raw_loop
+from plan_parallel.cli.bench.timing import Timing, calls_lasting, measure, process_cpu_seconds
 
 __all__ = ["CASES", "RoundTrip", "bench_process", "cpu_bound", "fixed_cost"]
 

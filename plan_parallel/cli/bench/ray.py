@@ -15,7 +15,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from plan_parallel.bench import alternate, make_workload
+from plan_parallel.cli.bench.common import alternate, make_workload
 
 __all__ = ["CASES", "bench_ray"]
 
@@ -35,8 +35,8 @@ def bench_ray(repeats: int, quick: bool, workers: int, address: str | None = Non
     except ImportError:
         return ['ray suite skipped: Ray is not installed (pip install -e ".[ray]")']
     import plan_parallel as pp
-    from plan_parallel.bench_ceiling import parallel_ceiling
-    from plan_parallel.bench_process import fixed_cost
+    from plan_parallel.cli.bench.ceiling import parallel_ceiling
+    from plan_parallel.cli.bench.process import fixed_cost
     from plan_parallel.workers.ray_connect import connect
 
     sizes = (8, 64) if quick else (8, 512)

@@ -8,6 +8,8 @@ import statistics
 from collections.abc import Sequence
 from typing import Any
 
+from plan_parallel.cli.args import parse_env_kwargs, probe_env
+
 __all__ = ["add_plan_arguments", "episode_end", "run_plan", "save_animation", "summarize"]
 
 # option -> planner -> its parameter (an option a planner lacks is refused for it)
@@ -146,7 +148,6 @@ def run_plan(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     import plan_parallel as pp
-    from plan_parallel.cli import parse_env_kwargs, probe_env
     from plan_parallel.planners import run_episode
     from plan_parallel.planners.presets import make_planner
 

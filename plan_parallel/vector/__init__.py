@@ -1,0 +1,7 @@
+"""The gymnasium ``VectorEnv`` face: :func:`make_vec` and :class:`PlanVectorEnv` (``vector_env``), built on
+``core`` (construction, resets, states), ``groups`` (one planning env per env recipe), ``partial``
+(send / recv of some sub-envs), ``residents`` (resident envs here), ``attrs``, ``infos``, ``inputs`` and ``fns``."""
+from plan_parallel.vector.core import Received
+from plan_parallel.vector.vector_env import PlanVectorEnv, make_vec
+
+__all__ = ["PlanVectorEnv", "Received", "make_vec"]
