@@ -14,9 +14,10 @@ Nothing is lost, nothing hangs, nothing is mixed up:
   call fails with :class:`WorkerTimeoutError`;
 * any exception inside the pool (a ``KeyboardInterrupt`` at any line, a thread
   closing the env) marks it *suspect*: every worker that had something
-  unanswered is killed, its parts are queued again for their batches, and
-  dead slots are refilled lazily. A cancelled batch's parts are dropped, so the
-  next call never waits for an interrupted one;
+  unanswered is killed, its parts are queued again for their batches, dead
+  slots are refilled lazily, and the thread's cores are given back if a wait
+  had narrowed them. A cancelled batch's parts are dropped, so the next call
+  never waits for an interrupted one;
 * one lock serializes the pool between threads; ``close`` from another thread
   wakes a waiting thread through a pipe, and every pending and later call
   raises :class:`ClosedError`.
@@ -24,6 +25,7 @@ Nothing is lost, nothing hangs, nothing is mixed up:
 from __future__ import annotations
 
 import contextlib
+import itertools
 import logging
 import os
 import threading
@@ -42,6 +44,7 @@ from plan_parallel.wire.held import Table
 from plan_parallel.wire.leases import LeasePool
 from plan_parallel.wire.messages import READY, Call, Op, Reply, WorkerInfo, reraise
 from plan_parallel.wire.slabs import SlabPool
+from plan_parallel.workers.cores import restore_cores
 
 __all__ = ["WorkerPool"]
 
@@ -75,7 +78,7 @@ class WorkerPool:
         self._broken: str | None = None
         self._requeue: list[tuple[int, Part]] = []
         self._step_seconds: float | None = None  # a worker's env seconds per step (EMA), to know when replies are due
-        self._ids = READY
+        self._next_id: Callable[[], int] = itertools.count(READY + 1).__next__  # call ids, after READY's
         self._owner = os.getpid()  # a copy in a child forked by os.fork owns neither the workers nor the slabs
         self.info: WorkerInfo | None = None
         self.stats: dict[str, Any] = {
@@ -149,6 +152,7 @@ class WorkerPool:
             if slot.active:
                 self._retire(i, kill=True)
                 self.stats["interrupted"] += 1
+        restore_cores()  # this thread's, if a wait cut short had narrowed them (workers.cores.move_off)
         self._suspect = False
 
     def cancel(self, fut: BatchFuture) -> None:
@@ -179,10 +183,6 @@ class WorkerPool:
         slot.retire()
 
     # ------------------------------------------------------------------ sending
-    def _next_id(self) -> int:
-        self._ids += 1
-        return self._ids
-
     def _fill(self) -> None:
         if self._broken is None:
             self.feeder.fill(self.slots, self._next_id)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+import threading
 from collections.abc import Sequence
 from typing import Any
 
@@ -91,34 +92,44 @@ def feed_order(cores: Sequence[int | None], here: int | None) -> list[int]:
     return sorted(order, key=lambda i: cores[i] == here)
 
 
-def move_off(busy: set[int]) -> set[int] | None:
+def move_off(busy: set[int]) -> None:
     """Before this thread blocks for replies: move it off its core when a worker in flight is kept there
     (``busy``: the cores of the workers in flight), to a core with none if there is one, else to the others'
-    (a worker done first frees its core, and this thread's work on the reply runs there). Returns the mask to
-    give back (:func:`restore_cores`, when it wakes), None when it stayed.
+    (a worker done first frees its core, and this thread's work on the reply runs there). Its cores are
+    given back by :func:`restore_cores`, when it wakes.
 
     A thread that sleeps wakes on its own core if the kernel lets it: there it took the core from the
     worker still running (workers yield to the caller), with the other core idle: that worker's env time
     was 1,770 us against 1,516 for the same chunk (HalfCheetah B=64). 2-core VM, W=2, every batch on the
     workers, moved / not in alternating samples in one process, two runs: HalfCheetah B=64 1.111, 1.024x;
     Pong B=64 1.010, 1.010x; CartPole B=512 1.046, 1.030x; HalfCheetah B=512 1.017, 1.019x.
+
+    The cores it had are noted for this thread before they are narrowed: a Ctrl-C anywhere between the
+    narrowing and the restore leaves them owed, and the next :func:`restore_cores` on this thread (the
+    pool's recovery from the interruption, or the next wait) gives them back.
     """
     here = current_core()
     if here is None or here not in busy:
-        return None
+        return
     try:
-        mask = os.sched_getaffinity(0)
+        owed = getattr(_owed, "mask", None)
+        mask = os.sched_getaffinity(0) if owed is None else owed
         target = (mask - busy) or (mask - {here})
         if not target:
-            return None
+            return
+        _owed.mask = mask
         os.sched_setaffinity(0, target)
     except (OSError, AttributeError):  # refused (a cpuset, a container's policy), or no such call: wait where it is
-        return None
-    return mask
+        return
 
 
-def restore_cores(mask: set[int] | None) -> None:
-    """Give this thread back the cores :func:`move_off` took from it (None: nothing to do)."""
+def restore_cores() -> None:
+    """Give this thread back the cores :func:`move_off` took from it, if it owes any."""
+    mask = getattr(_owed, "mask", None)
     if mask is not None:
         with contextlib.suppress(OSError):
             os.sched_setaffinity(0, mask)
+        _owed.mask = None
+
+
+_owed = threading.local()  # .mask: the cores this thread had before move_off narrowed them (None: none owed)

@@ -302,11 +302,11 @@ class ExternalProcess:
             events = poller.poll(0)
         if not events and (timeout is None or timeout > spin):
             left = BLOCK_SLICE_SECONDS if timeout is None else min(BLOCK_SLICE_SECONDS, timeout - spin)
-            mask = move_off({w.core for w in workers if w.core is not None})
             try:
+                move_off({w.core for w in workers if w.core is not None})
                 events = poller.poll(max(0, int(left * 1000) + 1))
             finally:
-                restore_cores(mask)
+                restore_cores()
         return sorted({owner[fd] for fd, _ in events if fd in owner})
 
 
