@@ -21,7 +21,7 @@ __all__ = ["check_action", "check_action_sequences", "check_actions"]
 _FEW_VALUES = 1 << 16
 # Box actions checked as Python floats up to this many values: numpy's float comparisons run AVX-512 kernels
 # on this machine, and the env steps after them ran slower (as ALE's frames after a numpy comparison: see
-# plan_parallel.state.ale_sticky). HalfCheetah inline, this against numpy's check in paired calls: B=8 1.030x
+# plan_parallel.state.families.ale_sticky). HalfCheetah inline, this against numpy's check in paired calls: B=8 1.030x
 # and 1.044x as fast, B=64 0.996x and 0.999x. One numpy check of the whole array (3x cheaper than numpy's
 # per-item check at B=64, 10 against 31 us alone) did not beat it either: inline B=8 0.995x, B=64 0.999x.
 _FEW_FLOATS = 512

@@ -148,11 +148,11 @@ class EnvFactory:
 
         An ALE env by id loads its ROM once instead of twice (~0.2 s less): its
         sticky actions are drawn in Python from the start (see
-        :mod:`plan_parallel.state.ale_sticky`). Otherwise as calling the factory.
+        :mod:`plan_parallel.state.families.ale_sticky`). Otherwise as calling the factory.
         """
         if not (isinstance(self.env, str) and _is_ale_id(self.env)):
             return self()
-        from plan_parallel.state.ale_sticky import draw_sticky_in_python, loads_without_stickiness
+        from plan_parallel.state.families.ale_sticky import draw_sticky_in_python, loads_without_stickiness
 
         with loads_without_stickiness():
             env = self()

@@ -1,7 +1,7 @@
 """An ALE env built by id for binding loads its ROM once, and is the same env as one built any other way.
 
 ALE reads its sticky probability when the ROM loads (~0.2 s a load). Binding an
-env moves stickiness into Python (``plan_parallel.state.ale_sticky``), which
+env moves stickiness into Python (``plan_parallel.state.families.ale_sticky``), which
 once meant a second load; :meth:`EnvFactory.build_to_bind` builds with the
 probability at 0 from the start. The env it makes must be exactly the env an
 adapter makes of ``gym.make``'s (the callable path, which still loads twice):
@@ -19,7 +19,7 @@ import pytest
 
 import plan_parallel as pp
 from plan_parallel.factory import EnvFactory
-from plan_parallel.state.ale_sticky import forget_loads, loads_without_stickiness, sticky_probability, sticky_taken_over
+from plan_parallel.state.families.ale_sticky import forget_loads, loads_without_stickiness, sticky_probability, sticky_taken_over
 
 ACTIONS = np.random.default_rng(3).integers(0, 6, size=40)
 

@@ -10,8 +10,8 @@ from gymnasium.wrappers import FrameStackObservation
 
 import plan_parallel as pp
 from plan_parallel.cli.main import main as cli_main
-from plan_parallel.state.fallbacks import GenericPickleAdapter
 from plan_parallel.state.families import ClassicControlAdapter, ToyTextAdapter
+from plan_parallel.state.families.generic import GenericPickleAdapter
 
 
 def _framestack_cartpole():

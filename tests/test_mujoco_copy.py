@@ -1,7 +1,7 @@
 """A MuJoCo state copied out of and into MjData by one gather / scatter equals what mj_getState / mj_setState copy.
 
 The state is ``mj_getState(mjSTATE_INTEGRATION)`` then ``xpos`` and ``xipos``
-(:class:`~plan_parallel.state.MujocoAdapter`); :mod:`plan_parallel.state.mujoco_copy`
+(:class:`~plan_parallel.state.MujocoAdapter`); :mod:`plan_parallel.state.families.mujoco_copy`
 copies it with numpy when its entries are float64 arrays of the MjData buffer,
 else with the two calls. Both ways must copy the very same values.
 """
@@ -11,7 +11,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from plan_parallel.state.mujoco_copy import gather_map, state_copiers
+from plan_parallel.state.families.mujoco_copy import gather_map, state_copiers
 
 mujoco = pytest.importorskip("mujoco")
 SPEC = int(mujoco.mjtState.mjSTATE_INTEGRATION)

@@ -9,7 +9,7 @@ import pytest
 
 import plan_parallel as pp
 from plan_parallel.errors import StateError
-from plan_parallel.state.replay import ActionLog, ActionReplayAdapter
+from plan_parallel.state.families.replay import ActionLog, ActionReplayAdapter
 
 pytestmark = pytest.mark.usefixtures("no_leaks")
 

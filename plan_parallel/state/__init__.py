@@ -2,8 +2,7 @@
 
 ``get_state(env)`` / ``set_state(env, state)`` work on any env built by
 ``gymnasium.make`` (or by hand) with its whole wrapper stack, through one adapter
-per env family (:mod:`plan_parallel.state.families`, :mod:`plan_parallel.state.replay`,
-:mod:`plan_parallel.state.fallbacks`) and a registry for more.
+per env family, then the fallbacks (:mod:`plan_parallel.state.families`), and a registry for more.
 """
 from __future__ import annotations
 
@@ -12,9 +11,16 @@ from typing import Any
 
 from plan_parallel.errors import StateError
 from plan_parallel.state.core import Adapter, State, adapter_class_for, bind, register_adapter
-from plan_parallel.state.fallbacks import GenericPickleAdapter, UserMethodsAdapter
-from plan_parallel.state.families import AleAdapter, ClassicControlAdapter, MujocoAdapter, ToyTextAdapter
-from plan_parallel.state.replay import ActionLog, ActionReplayAdapter
+from plan_parallel.state.families import (
+    ActionLog,
+    ActionReplayAdapter,
+    AleAdapter,
+    ClassicControlAdapter,
+    GenericPickleAdapter,
+    MujocoAdapter,
+    ToyTextAdapter,
+    UserMethodsAdapter,
+)
 from plan_parallel.state.state_batch import StateBatch
 from plan_parallel.state.wrappers import STATELESS_WRAPPERS, register_wrapper
 

@@ -34,7 +34,7 @@ from typing import Any
 
 from plan_parallel.errors import StateError
 from plan_parallel.state.core import Adapter, State, bind
-from plan_parallel.state.replay import ActionReplayAdapter
+from plan_parallel.state.families.replay import ActionReplayAdapter
 from plan_parallel.state.report import CheckResult, CloneReport
 from plan_parallel.state.values import values_equal
 

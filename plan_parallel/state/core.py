@@ -5,7 +5,7 @@ captures and restores.
 
 An :class:`Adapter` is bound to one env instance and knows how to capture and
 restore that env's state. One adapter class exists per env family
-(:mod:`plan_parallel.state.families`, then :mod:`plan_parallel.state.fallbacks`); :func:`register_adapter` adds more.
+and the fallbacks after them (:mod:`plan_parallel.state.families`); :func:`register_adapter` adds more.
 """
 from __future__ import annotations
 
@@ -369,15 +369,13 @@ def adapter_class_for(unwrapped: Any) -> type[Adapter]:
     for adapter in _CHAIN:
         if adapter.accepts(unwrapped):
             return adapter
-    from plan_parallel.state.fallbacks import explain_unsupported
+    from plan_parallel.state.families.generic import explain_unsupported
 
     raise StateError(explain_unsupported(unwrapped))
 
 
 def bind(env: Any, adapter: type[Adapter] | None = None) -> Adapter:
     """Bind the right adapter (or ``adapter``) to a gymnasium env with its wrapper stack."""
-    # Importing these fills the registry: the simulator families, then the fallbacks.
-
     cls = adapter if adapter is not None else adapter_class_for(env.unwrapped)
     bound = cls(env)
     bound.compile()

@@ -20,7 +20,6 @@ from typing import Any
 
 import numpy as np
 
-import plan_parallel.state.families  # noqa: F401 - registered first: this adapter is tried after them
 from plan_parallel.errors import StateError
 from plan_parallel.state.core import Adapter, State, register_adapter
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 import pickle
 from typing import Any
 
-import plan_parallel.state.replay  # noqa: F401 - registered first (after the families): tried before these
 from plan_parallel.errors import StateError
 from plan_parallel.state.core import Adapter, register_adapter
 from plan_parallel.state.values import Pickled
