@@ -97,3 +97,30 @@ def test_the_state_package_reads_envs_attributes_not_their_dict() -> None:
            for name, line in dict_reads(path) if (path.name, name) not in DICT_READERS]
     assert not bad, f"getattr/setattr, not __dict__: {bad}"
 
+
+
+# The README's "The code": each tier imports only from the tiers before it (and its own).
+TIERS = [("errors", "interrupts"), ("state",), ("results", "inputs", "action_inputs", "factory"), ("env",), ("wire",),
+         ("workers",), ("batch",), ("build",), ("vector",), ("planners",), ("cli",)]
+# check_clonable builds an env from an id with the factory: lazily, inside the function.
+LATER_IMPORTS = {("state/check.py", "factory")}
+
+
+def test_each_package_imports_only_from_the_ones_before_it() -> None:
+    tier = {name: k for k, names in enumerate(TIERS) for name in names}
+    bad = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        rel = path.relative_to(PACKAGE)
+        if rel.name == "__init__.py" and len(rel.parts) == 1:
+            continue  # the package face imports from everything
+        mine = tier[rel.parts[0].removesuffix(".py")]
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [node.module or ""] if isinstance(node, ast.ImportFrom) else \
+                [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            for name in names:
+                parts = name.split(".")
+                if parts[0] != "plan_parallel" or len(parts) < 2:
+                    continue
+                if tier[parts[1]] > mine and (rel.as_posix(), parts[1]) not in LATER_IMPORTS:
+                    bad.append(f"{rel}:{node.lineno} imports {name}")
+    assert not bad, "imports from a later package (README, The code):\n" + "\n".join(bad)
