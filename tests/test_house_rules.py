@@ -124,3 +124,22 @@ def test_each_package_imports_only_from_the_ones_before_it() -> None:
                 if tier[parts[1]] > mine and (rel.as_posix(), parts[1]) not in LATER_IMPORTS:
                     bad.append(f"{rel}:{node.lineno} imports {name}")
     assert not bad, "imports from a later package (README, The code):\n" + "\n".join(bad)
+
+
+def test_package_faces_only_re_export_and_only_the_cli_imports_the_top_one() -> None:
+    """STYLE: a package face (``__init__.py``) only re-exports (the top one also defers two imports:
+    ``make_vec`` and ``check_clonable`` load their modules when called); inside the package only the
+    command line, a user of the public API, imports ``plan_parallel`` itself."""
+    bad = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        rel = path.relative_to(PACKAGE)
+        tree = ast.parse(path.read_text())
+        if rel.name == "__init__.py" and len(rel.parts) > 1:
+            bad += [f"{rel}:{n.lineno} defines {n.name}" for n in tree.body
+                    if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))]
+        if rel.parts[0] != "cli" and len(rel.parts) > 1:
+            for node in ast.walk(tree):
+                if (isinstance(node, ast.Import) and any(a.name == "plan_parallel" for a in node.names)) or (
+                        isinstance(node, ast.ImportFrom) and node.module == "plan_parallel"):
+                    bad.append(f"{rel}:{node.lineno} imports the package face")
+    assert not bad, "\n".join(bad)
