@@ -47,6 +47,31 @@ def test_a_mistake_is_one_short_line(argv: list[str], says: str) -> None:
         assert time.monotonic() - t0 < 20  # refused before any worker or env was built
 
 
+TYPOS = [
+    (["bnch"], "did you mean 'bench'?"),
+    (["bench", "--suite", "proces"], "did you mean 'process'?"),
+    (["plan", "CartPole-v1", "--planner", "mtcs"], "did you mean 'mcts'?"),
+    (["plan", "CartPole-v1", "--planer", "mcts"], "did you mean --planner?"),
+    (["plan", "CartPole-v1", "--episods=2"], "did you mean --episodes?"),
+    (["check", "CartPole-v1", "--sed", "3"], "did you mean --seed?"),
+]
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize(("argv", "says"), TYPOS, ids=[" ".join(a) for a, _ in TYPOS])
+def test_a_misspelt_command_choice_or_option_is_answered_with_the_nearest_one(argv: list[str], says: str) -> None:
+    r = run_cli(*argv)
+    assert r.returncode == 2 and "Traceback" not in r.stderr and r.stdout == "", r.stderr[-2000:]
+    last = r.stderr.strip().splitlines()[-1]
+    assert ": error: " in last and last.endswith(says), r.stderr
+
+
+@pytest.mark.timeout(60)
+def test_a_word_like_no_option_gets_no_suggestion() -> None:
+    last = run_cli("plan", "CartPole-v1", "--xyz").stderr.strip().splitlines()[-1]
+    assert last.endswith("unrecognized arguments: --xyz"), last
+
+
 @pytest.mark.timeout(60)
 def test_version_and_help_defaults() -> None:
     r = run_cli("--version")

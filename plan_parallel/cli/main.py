@@ -6,6 +6,7 @@ import sys
 from collections.abc import Sequence
 
 from plan_parallel.cli.args import parse_env_kwargs, probe_env
+from plan_parallel.cli.parser import Parser
 
 __all__ = ["build_parser", "main"]
 
@@ -66,7 +67,7 @@ class _DefaultsFormatter(argparse.RawDescriptionHelpFormatter, argparse.Argument
 def build_parser() -> argparse.ArgumentParser:
     from plan_parallel import __version__
 
-    p = argparse.ArgumentParser(prog="plan-parallel", description="Parallel (state, action, dt) rollouts of gymnasium envs.")
+    p = Parser(prog="plan-parallel", description="Parallel (state, action, dt) rollouts of gymnasium envs.")
     p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
     defaults = _DefaultsFormatter
