@@ -106,7 +106,7 @@ def move_off(busy: set[int]) -> None:
 
     The cores it had are noted for this thread before they are narrowed: a Ctrl-C anywhere between the
     narrowing and the restore leaves them owed, and the next :func:`restore_cores` on this thread (the
-    pool's recovery from the interruption, or the next wait) gives them back.
+    pool's recovery from the interruption, or the next wait that blocks) gives them back.
     """
     here = current_core()
     if here is None or here not in busy:
