@@ -247,6 +247,7 @@ def interruption_table(kind: str, kill_first: bool, oracle: pp.PlanEnv, starts: 
                 kills += kill(env.pids[int(rng.integers(0, 2))])
             case = Case(kind, env, oracle, starts, rng)
             interrupted, got = Interrupt(at).run(case)
+            assert cores_now() == cores, f"the thread's cores left narrowed at {at}"
             if not interrupted:
                 assert_same(kind, got, case.expected())
             elif case.future is not None and at % 2:
@@ -259,7 +260,6 @@ def interruption_table(kind: str, kill_first: bool, oracle: pp.PlanEnv, starts: 
                 assert_same(follow, call_with_deadline(nxt, 40.0, f"{follow} after an interrupt at {at}"),
                             nxt.expected())
             assert signal.getsignal(signal.SIGINT) is signal.default_int_handler, f"SIGINT handler left swapped at {at}"
-            assert cores_now() == cores, f"the thread's cores left narrowed at {at}"
             seen.append("interrupted" if interrupted else "finished")
         assert env.stats["restarts"] <= kills, "interrupts are not deaths: only the kills are charged"
     return seen
