@@ -106,6 +106,17 @@ TIERS = [("errors", "interrupts"), ("state",), ("results", "inputs", "action_inp
 LATER_IMPORTS = {("state/check.py", "factory")}
 
 
+def imported_modules(tree: ast.AST) -> list[tuple[int, str]]:
+    """``(line, module)`` of each module a file imports: ``import a.b`` names ``a.b``, ``from a.b import c`` names ``a.b``."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            found.append((node.lineno, node.module or ""))
+        elif isinstance(node, ast.Import):
+            found += [(node.lineno, a.name) for a in node.names]
+    return found
+
+
 def test_each_package_imports_only_from_the_ones_before_it() -> None:
     tier = {name: k for k, names in enumerate(TIERS) for name in names}
     bad = []
@@ -114,15 +125,12 @@ def test_each_package_imports_only_from_the_ones_before_it() -> None:
         if rel.name == "__init__.py" and len(rel.parts) == 1:
             continue  # the package face imports from everything
         mine = tier[rel.parts[0].removesuffix(".py")]
-        for node in ast.walk(ast.parse(path.read_text())):
-            names = [node.module or ""] if isinstance(node, ast.ImportFrom) else \
-                [a.name for a in node.names] if isinstance(node, ast.Import) else []
-            for name in names:
-                parts = name.split(".")
-                if parts[0] != "plan_parallel" or len(parts) < 2:
-                    continue
-                if tier[parts[1]] > mine and (rel.as_posix(), parts[1]) not in LATER_IMPORTS:
-                    bad.append(f"{rel}:{node.lineno} imports {name}")
+        for line, name in imported_modules(ast.parse(path.read_text())):
+            parts = name.split(".")
+            if parts[0] != "plan_parallel" or len(parts) < 2:
+                continue
+            if tier[parts[1]] > mine and (rel.as_posix(), parts[1]) not in LATER_IMPORTS:
+                bad.append(f"{rel}:{line} imports {name}")
     assert not bad, "imports from a later package (README, The code):\n" + "\n".join(bad)
 
 
@@ -138,8 +146,6 @@ def test_package_faces_only_re_export_and_only_the_cli_imports_the_top_one() -> 
             bad += [f"{rel}:{n.lineno} defines {n.name}" for n in tree.body
                     if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))]
         if rel.parts[0] != "cli" and len(rel.parts) > 1:
-            for node in ast.walk(tree):
-                if (isinstance(node, ast.Import) and any(a.name == "plan_parallel" for a in node.names)) or (
-                        isinstance(node, ast.ImportFrom) and node.module == "plan_parallel"):
-                    bad.append(f"{rel}:{node.lineno} imports the package face")
+            bad += [f"{rel}:{line} imports the package face" for line, name in imported_modules(tree)
+                    if name == "plan_parallel"]
     assert not bad, "\n".join(bad)

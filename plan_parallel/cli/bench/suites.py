@@ -1,11 +1,6 @@
-"""The suites behind ``plan-parallel bench``: medians and ratios measured in one run.
-
-Suites:
-    inline: the inline backend against a hand-written loop of plain gymnasium
-        calls with the family's native state calls (the overhead of the state
-        protocol and of PlanEnv).
-    process: inline against the process backend (and gymnasium's
-        AsyncVectorEnv as a reference line).
+"""The runner behind ``plan-parallel bench``: the suites by name (``--suite``, or all of them in turn), each
+a module of this package with a ``bench_<name>`` function, imported when it runs (the Ray suite needs Ray).
+What each measures is in the command's help (:mod:`plan_parallel.cli.main`).
 
 The machine is small and noisy: every figure is the median of ``--repeats``
 alternating runs, and ratios compare runs made side by side.
@@ -13,9 +8,8 @@ alternating runs, and ratios compare runs made side by side.
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
-
-from plan_parallel.cli.bench.inline import bench_inline
+import functools
+import importlib
 
 __all__ = ["SUITES", "add_bench_arguments", "run_bench"]
 
@@ -27,45 +21,14 @@ def add_bench_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--quick", action="store_true", help="small batches and few repeats (a smoke run)")
 
 
-def _suite_process(repeats: int, quick: bool, workers: int) -> list[str]:
-    from plan_parallel.cli.bench.process import bench_process
-
-    return bench_process(repeats, quick, workers)
-
-
-def _suite_rollout(repeats: int, quick: bool, workers: int) -> list[str]:
-    from plan_parallel.cli.bench.rollout import bench_rollout
-
-    return bench_rollout(repeats, quick, workers)
-
-
-def _suite_vector(repeats: int, quick: bool, workers: int) -> list[str]:
-    from plan_parallel.cli.bench.vector import bench_vector
-
-    return bench_vector(repeats, quick, workers)
-
-
-def _suite_mcts(repeats: int, quick: bool, workers: int) -> list[str]:
-    from plan_parallel.cli.bench.mcts import bench_mcts
-
-    return bench_mcts(repeats, quick, workers)
-
-
-def _suite_ray(repeats: int, quick: bool, workers: int) -> list[str]:
-    from plan_parallel.cli.bench.ray import bench_ray
-
-    return bench_ray(repeats, quick, workers)
+def _run_suite(name: str, repeats: int, quick: bool, workers: int) -> list[str]:
+    """The lines of suite ``name``: ``plan_parallel.cli.bench.<name>.bench_<name>`` (the inline suite has no workers)."""
+    bench = getattr(importlib.import_module(f"plan_parallel.cli.bench.{name}"), f"bench_{name}")
+    return bench(repeats, quick) if name == "inline" else bench(repeats, quick, workers)
 
 
 # name -> fn(repeats, quick, workers) -> lines; "all" runs them in this order.
-SUITES: dict[str, Callable[[int, bool, int], list[str]]] = {
-    "inline": lambda repeats, quick, workers: bench_inline(repeats, quick),
-    "process": _suite_process,
-    "rollout": _suite_rollout,
-    "vector": _suite_vector,
-    "mcts": _suite_mcts,
-    "ray": _suite_ray,
-}
+SUITES = {name: functools.partial(_run_suite, name) for name in ("inline", "process", "rollout", "vector", "mcts", "ray")}
 
 
 def run_bench(args: argparse.Namespace) -> int:
