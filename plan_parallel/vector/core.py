@@ -138,7 +138,7 @@ class VectorCore(VectorAttrs, VectorEnv):  # type: ignore[misc]  # np_random(_se
             raise ValueError(f"autoreset_mode must be one of {[m.value for m in AutoresetMode]}, "
                              f"got {autoreset_mode!r}") from None
         if pin_workers is None and backend == "process":
-            pin_workers = False  # steps shared with this process ran slower pinned (README: Worker processes)
+            pin_workers = False  # steps shared with this process ran slower pinned (docs/measurements.md: Worker processes)
         options = check_plan_options(recover, max_restarts, backend=backend, n_workers=n_workers, timeout=timeout,
                                      context=context, adapter=adapter, address=address, worker_options=worker_options,
                                      small_batch_inline=small_batch_inline, pin_workers=pin_workers)

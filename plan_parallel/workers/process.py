@@ -323,7 +323,7 @@ def _yield_to_the_caller_on_wakeup() -> None:
     else a worker does (same nice value, same share of the CPU). A trade:
     back-to-back Pong B=64 calls ~5 % slower (why is not known: encoding every
     chunk before writing any did not help), an async batch with the caller busy
-    meanwhile 4-43 % faster, MCTS ~1.5 % (README, *Worker processes*).
+    meanwhile 4-43 % faster, MCTS ~1.5 % (docs/measurements.md, *Worker processes*).
     """
     setter = getattr(os, "sched_setscheduler", None)
     if setter is None:
