@@ -98,7 +98,6 @@ def test_the_state_package_reads_envs_attributes_not_their_dict() -> None:
     assert not bad, f"getattr/setattr, not __dict__: {bad}"
 
 
-
 # The README's "The code": each tier imports only from the tiers before it (and its own).
 TIERS = [("errors", "interrupts"), ("state",), ("results", "inputs", "action_inputs", "factory"), ("env",), ("wire",),
          ("workers",), ("batch",), ("build",), ("vector",), ("planners",), ("cli",)]

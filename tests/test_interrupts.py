@@ -327,7 +327,7 @@ def test_an_interrupt_at_any_line_of_a_wait_leaves_the_threads_cores_as_they_wer
     caller, and the next call is exact. (A full test run once left the main thread on one core after a
     sampled interrupt between the narrowing and the wait's ``finally``: every later env saw one core, and
     pinned no worker.)"""
-    before = os.sched_getaffinity(0)
+    before = cores_now()
     with pp.make(SlowEnv, backend="inline", delay=0.0) as oracle, \
             BatchEnv(EnvFactory(SlowEnv, {"delay": 0.03}), n_workers=2, pin_workers=True,
                      tuner=Tuner(2, "workers", cores=2)) as env:
@@ -341,7 +341,7 @@ def test_an_interrupt_at_any_line_of_a_wait_leaves_the_threads_cores_as_they_wer
         assert any(line[0].endswith("cores.py") for line in waits), "no wait moved off a worker's core"
         for line in waits:
             interrupted, _ = InterruptAtLine(line).run(lambda: env.step_batch(actions, states=[state] * 4))
-            assert os.sched_getaffinity(0) == before, f"the thread's cores left narrowed by an interrupt at {line}"
+            assert cores_now() == before, f"the thread's cores left narrowed by an interrupt at {line}"
             if interrupted:
                 assert_batches_equal(call_with_deadline(lambda: env.step_batch(actions, states=[state] * 4), 40.0,
                                                         f"after an interrupt at {line}"), want)

@@ -128,7 +128,6 @@ def test_a_batch_starts_on_the_worker_of_the_other_core() -> None:
             os.sched_setaffinity(0, before)
 
 
-
 @contextlib.contextmanager
 def _masks_while_waiting() -> Iterator[list[set[int]]]:
     """This thread allowed the first two cores; the masks it has meanwhile, read every 5 ms by another

@@ -70,16 +70,15 @@ def build_parser() -> argparse.ArgumentParser:
     p = Parser(prog="plan-parallel", description="Parallel (state, action, dt) rollouts of gymnasium envs.")
     p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
-    defaults = _DefaultsFormatter
 
     from plan_parallel.cli.plan import add_plan_arguments
 
-    pl = sub.add_parser("plan", formatter_class=defaults,
+    pl = sub.add_parser("plan", formatter_class=_DefaultsFormatter,
                         help="run a planner (MCTS, random shooting, beam search) on an env; report returns and speed")
     add_plan_arguments(pl)
     pl.set_defaults(func=_cmd_plan)
 
-    c = sub.add_parser("check", formatter_class=defaults, help="prove or refute bit-identical replay from saved states")
+    c = sub.add_parser("check", formatter_class=_DefaultsFormatter, help="prove or refute bit-identical replay from saved states")
     c.add_argument("env", nargs="+", help="gymnasium env id(s), e.g. CartPole-v1 ALE/Pong-v5")
     c.add_argument("--kw", action="append", default=[], metavar="KEY=VALUE", help="env kwarg (repeatable)")
     c.add_argument("--seed", type=int, default=0, help="reset seed of the checked episodes (others derive from it)")
