@@ -1,6 +1,8 @@
 """``make``: build an env with the planning API on the chosen backend."""
 from __future__ import annotations
 
+import difflib
+import inspect
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Literal, overload
 
@@ -11,7 +13,7 @@ from plan_parallel.workers.cores import check_pin_workers
 if TYPE_CHECKING:
     from plan_parallel.batch import BatchEnv
 
-__all__ = ["BACKENDS", "make"]
+__all__ = ["BACKENDS", "check_env_kwargs", "make"]
 
 
 BACKENDS = ("inline", "process", "ray")
@@ -81,7 +83,8 @@ def make(
 
     Raises:
         ValueError: unknown backend or bad worker options.
-        TypeError: pin_workers not True, False or None.
+        TypeError: pin_workers not True, False or None; an env kwarg the env does not take
+            (a misspelt option of ``make``: the message names the nearest one).
         StateError: no adapter can capture the env's state exactly.
     """
     if backend not in BACKENDS:
@@ -94,6 +97,7 @@ def make(
         raise ValueError(f"max_restarts must be an integer >= 0, got {max_restarts!r}")
     check_pin_workers(pin_workers)  # on every backend, as the options above
     factory = EnvFactory(env, env_kwargs)
+    check_env_kwargs(factory)
     if backend == "inline":
         return PlanEnv(factory, adapter=adapter)
     from plan_parallel.batch import BatchEnv
@@ -111,3 +115,57 @@ def make(
         worker_options=worker_options,
         pin_workers=pin_workers,
     )
+
+
+# What gymnasium.make takes itself, besides the env creator's arguments.
+_GYM_MAKE_TAKES = frozenset({"max_episode_steps", "disable_env_checker", "render_mode"})
+
+
+def _keywords(creator: Any) -> frozenset[str] | None:
+    """The keyword names ``creator`` takes, or None when it takes any (``**kwargs``) or cannot be inspected."""
+    try:
+        params = inspect.signature(creator).parameters.values()
+    except (TypeError, ValueError):
+        return None
+    if any(p.kind is p.VAR_KEYWORD for p in params):
+        return None
+    return frozenset(p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY))
+
+
+def check_env_kwargs(factory: EnvFactory) -> None:
+    """Refuse, here and before any worker starts, an env kwarg the env cannot take.
+
+    An env id takes its entry point's arguments and ``gymnasium.make``'s own; a
+    callable takes its parameters. A kwarg close to one of ``make``'s options is
+    a misspelt option, and the message names it; one the env does take is the
+    env's, however close it is.
+
+    Raises:
+        TypeError: a kwarg the env does not take.
+    """
+    if factory.spec is not None:
+        from gymnasium.envs.registration import load_env_creator
+
+        entry = factory.spec.entry_point
+        creator = load_env_creator(entry) if isinstance(entry, str) else entry
+        takes = _keywords(creator)
+        takes = None if takes is None else takes | _GYM_MAKE_TAKES
+    else:
+        creator = factory.env
+        takes = _keywords(creator)
+    if takes is None:
+        return
+    options = [name for name in inspect.signature(make).parameters if name not in ("env", "env_kwargs")]
+    for key in factory.env_kwargs:
+        if key in takes:
+            continue
+        owner = getattr(creator, "__qualname__", type(creator).__name__)
+        owner = f"{factory.name} ({owner})" if factory.spec is not None else owner
+        near = difflib.get_close_matches(key, options, n=1, cutoff=0.75)
+        if near:
+            raise TypeError(f"make() got an unexpected keyword argument {key!r}; did you mean {near[0]}=? "
+                            f"(not an argument of {owner} either)")
+        near = difflib.get_close_matches(key, sorted(takes), n=1, cutoff=0.6)
+        hint = f"; did you mean {near[0]}=?" if near else ""
+        raise TypeError(f"{owner} got an unexpected keyword argument {key!r}{hint} "
+                        f"(it takes: {', '.join(sorted(takes)) or 'nothing'})")
