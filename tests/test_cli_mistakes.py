@@ -54,6 +54,8 @@ TYPOS = [
     (["plan", "CartPole-v1", "--planer", "mcts"], "did you mean --planner?"),
     (["plan", "CartPole-v1", "--episods=2"], "did you mean --episodes?"),
     (["check", "CartPole-v1", "--sed", "3"], "did you mean --seed?"),
+    (["check", "CartPole-v1", "--no-progress"], "--no-progress is an option of 'plan', not of 'check'"),
+    (["check", "CartPole-v1", "--planner=mcts"], "--planner is an option of 'plan', not of 'check'"),
 ]
 
 
@@ -64,6 +66,12 @@ def test_a_misspelt_command_choice_or_option_is_answered_with_the_nearest_one(ar
     assert r.returncode == 2 and "Traceback" not in r.stderr and r.stdout == "", r.stderr[-2000:]
     last = r.stderr.strip().splitlines()[-1]
     assert ": error: " in last and last.endswith(says), r.stderr
+
+
+@pytest.mark.timeout(60)
+def test_an_argument_the_subcommand_does_not_know_is_refused_with_the_subcommands_usage() -> None:
+    err = run_cli("check", "CartPole-v1", "--no-progress").stderr
+    assert err.startswith("usage: plan-parallel check ") and "did you mean --no-progress" not in err, err
 
 
 @pytest.mark.timeout(60)

@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import difflib
 import re
+from collections.abc import Sequence
 from typing import Any, NoReturn
 
 __all__ = ["Parser"]
@@ -14,11 +15,16 @@ _INVALID_CHOICE = re.compile(r"invalid choice: '([^']*)' \(choose from (.*)\)")
 class Parser(argparse.ArgumentParser):
     """An ``ArgumentParser`` (its subcommands' too) whose error messages end with a suggestion:
     ``invalid choice: 'proces' (...); did you mean 'process'?``, ``unrecognized arguments: --planer mcts;
-    did you mean --planner?``. The suggestion is the closest known spelling (``difflib``), when one is close."""
+    did you mean --planner?``. The suggestion is the closest known spelling (``difflib``), when one is close.
+
+    An argument the subcommand does not know is refused by the subcommand (its usage line, its options
+    suggested), and an option of another subcommand is named as such:
+    ``unrecognized arguments: --no-progress; --no-progress is an option of 'plan', not of 'check'``."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         self.option_names: list[str] = []  # (before argparse's __init__, which adds -h)
         self.subcommands: dict[str, Parser] = {}
+        self.subcommand_dest: str | None = None
         super().__init__(*args, **kwargs)
 
     def add_argument(self, *args: Any, **kwargs: Any) -> argparse.Action:
@@ -29,7 +35,27 @@ class Parser(argparse.ArgumentParser):
     def add_subparsers(self, **kwargs: Any) -> Any:
         action = super().add_subparsers(**kwargs)
         self.subcommands = action.choices  # name -> parser, filled as subcommands are added
+        self.subcommand_dest = kwargs.get("dest")
         return action
+
+    def parse_args(self, args: Sequence[str] | None = None, namespace: Any = None) -> Any:  # type: ignore[override]
+        ns, extras = self.parse_known_args(args, namespace)
+        if extras:
+            chosen = getattr(ns, self.subcommand_dest, None) if self.subcommand_dest else None
+            refuser = self.subcommands.get(chosen, self) if isinstance(chosen, str) else self
+            refuser.refuse(extras, chosen, self.subcommands)
+        return ns
+
+    def refuse(self, extras: list[str], chosen: str | None, siblings: dict[str, Parser]) -> NoReturn:
+        """Exit with ``unrecognized arguments: ...``, naming the subcommand an option belongs to, else the
+        nearest of this parser's own options."""
+        message = f"unrecognized arguments: {' '.join(extras)}"
+        for word in extras:
+            option = word.split("=", 1)[0]
+            owners = [name for name, p in siblings.items() if name != chosen and option in p.option_names]
+            if word.startswith("-") and owners and chosen is not None:
+                super().error(f"{message}; {option} is an option of '{owners[0]}', not of '{chosen}'")
+        self.error(message)
 
     def error(self, message: str) -> NoReturn:
         super().error(message + self._suggestion(message))
