@@ -51,8 +51,13 @@ def _quiet_mujoco_deprecations() -> Iterator[None]:
         mujoco.set_mju_user_warning(previous)
 
 
-def _is_ale_id(env_id: str) -> bool:
-    return env_id.startswith("ALE/") or "NoFrameskip" in env_id
+def _is_ale_id(env_id: str, spec: Any = None) -> bool:
+    """Whether ``env_id`` is an ALE env: by its name (``ALE/...``, ``...NoFrameskip...``) or, for the legacy ids
+    (``Pong-v4``, ``Breakout-v0``), by the entry point of its ``spec``."""
+    if env_id.startswith("ALE/") or "NoFrameskip" in env_id:
+        return True
+    entry = getattr(spec, "entry_point", None)
+    return isinstance(entry, str) and entry.startswith("ale_py")
 
 
 def quiet_build(env_id: str, spec: Any = None) -> contextlib.AbstractContextManager[None]:
@@ -60,7 +65,7 @@ def quiet_build(env_id: str, spec: Any = None) -> contextlib.AbstractContextMana
 
     ``spec`` is the id's ``EnvSpec`` when the id may not be registered in this process.
     """
-    if _is_ale_id(env_id):
+    if _is_ale_id(env_id, spec):
         # ALE's logger mode is process-wide and has no getter. ale_py's AtariEnv sets it to
         # Error itself, just after its ALEInterface printed the banner; setting it a moment
         # earlier drops the banner and leaves the mode exactly as gym.make leaves it.
@@ -85,8 +90,25 @@ def _register_third_party_envs(env_id: str) -> None:
         import minigrid  # noqa: F401 - registers its envs on import
 
 
+def _register_ale_envs() -> bool:
+    """Register ale_py's envs (the legacy ids ``Pong-v4``, ``Breakout-v0`` among them); False without ale_py."""
+    try:
+        import ale_py
+    except ImportError:
+        return False
+    import gymnasium as gym
+
+    gym.register_envs(ale_py)
+    return True
+
+
 def check_env_id(env_id: str) -> Any:
     """Fail now, in this process, on an env id gymnasium does not know (before any worker starts).
+
+    An id unknown to gymnasium is looked up again once ale_py's envs are registered (when ale_py is
+    installed): the legacy Atari ids work in a fresh process, and an unknown id is answered in the same
+    words whatever this process imported before. An Atari name with a version only ``ALE/`` has
+    (``MsPacman-v5``) is answered with the ``ALE/`` id.
 
     Returns:
         the id's ``EnvSpec``.
@@ -98,7 +120,19 @@ def check_env_id(env_id: str) -> Any:
     import gymnasium as gym
 
     _register_third_party_envs(env_id)
-    return gym.spec(env_id)
+    try:
+        return gym.spec(env_id)
+    except gym.error.UnregisteredEnv:
+        if not _register_ale_envs():
+            raise
+    try:
+        return gym.spec(env_id)
+    except gym.error.UnregisteredEnv as e:
+        ns, name, version = gym.envs.registration.parse_env_id(env_id)
+        ale_id = f"ALE/{name}-v{version}" if ns is None and version is not None else None
+        if ale_id is not None and ale_id in gym.registry:
+            raise type(e)(f"{e} Did you mean `{ale_id}`?") from None
+        raise
 
 
 class EnvFactory:
@@ -150,7 +184,7 @@ class EnvFactory:
         sticky actions are drawn in Python from the start (see
         :mod:`plan_parallel.state.families.ale_sticky`). Otherwise as calling the factory.
         """
-        if not (isinstance(self.env, str) and _is_ale_id(self.env)):
+        if not (isinstance(self.env, str) and _is_ale_id(self.env, self.spec)):
             return self()
         from plan_parallel.state.families.ale_sticky import draw_sticky_in_python, loads_without_stickiness
 
