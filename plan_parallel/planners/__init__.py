@@ -9,15 +9,28 @@
 
 Every planner has the :class:`Planner` interface: ``plan(env, state) -> action``
 (never changing the env's current state), ``reset(seed)``, ``dt``, ``meter`` and
-``last_stats``. Given a seed, a planner makes the same decisions on every backend
-and worker count.
+``last_stats``; the reference planners also have ``plan_many(env, states)``
+(:class:`ManyPlanner`): one search per root, every round of all of them in one
+env call. Given a seed, a planner makes the same decisions on every backend
+and worker count, and root k of ``plan_many`` decides as ``plan`` after ``reset(seed + k)``.
 """
 from __future__ import annotations
 
-from plan_parallel.planners.base import Meter, Planner, Rollouts, rollout
+from plan_parallel.planners.base import ManyPlanner, Meter, Planner, Rollouts, rollout
 from plan_parallel.planners.beam import BeamSearch
 from plan_parallel.planners.episode import Episode, run_episode
 from plan_parallel.planners.mcts import MCTS
 from plan_parallel.planners.shooting import RandomShooting
 
-__all__ = ["MCTS", "BeamSearch", "Episode", "Meter", "Planner", "RandomShooting", "Rollouts", "rollout", "run_episode"]
+__all__ = [
+    "MCTS",
+    "BeamSearch",
+    "Episode",
+    "ManyPlanner",
+    "Meter",
+    "Planner",
+    "RandomShooting",
+    "Rollouts",
+    "rollout",
+    "run_episode",
+]

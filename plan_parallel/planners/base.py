@@ -19,6 +19,7 @@ import numpy as np
 from plan_parallel.state import State
 
 __all__ = [
+    "ManyPlanner",
     "Meter",
     "Planner",
     "Rollouts",
@@ -48,6 +49,23 @@ class Planner(Protocol):
 
     def plan(self, env: Any, state: State) -> Any:
         """The action to apply ``dt`` times from ``state``; never changes ``env``'s current state."""
+
+
+@runtime_checkable
+class ManyPlanner(Planner, Protocol):
+    """A planner that also decides for many roots at once, their env items batched together.
+
+    After ``reset(seed)``, root k of ``plan_many`` decides exactly as the same planner
+    reset with ``seed + k`` and asked ``plan(env, states[k])``, over consecutive calls.
+
+    Attributes:
+        root_stats: one ``last_stats``-like dict per root of the latest call.
+    """
+
+    root_stats: list[dict[str, Any]]
+
+    def plan_many(self, env: Any, states: Sequence[State], roots: Sequence[int] | None = None) -> list[Any]:
+        """One action per state; ``roots[i]`` is the root (seeded ``seed + roots[i]``) deciding for ``states[i]``."""
 
 
 class Rollouts(NamedTuple):

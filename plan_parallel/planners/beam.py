@@ -9,6 +9,7 @@ planner's seeded RNG (with a reward of 1 per step, as in CartPole, every
 surviving plan ties). After ``depth`` levels it plays the first action shared
 by most of the best plans still open (or, when every plan ended, the first
 action of the best one). Given a seed, the search is identical on every backend.
+``plan_many`` expands every root's beam of a depth in one ``step_batch``.
 """
 from __future__ import annotations
 
@@ -18,12 +19,13 @@ import numpy as np
 from gymnasium import spaces
 
 from plan_parallel.planners.base import Meter, check_float, check_int
+from plan_parallel.planners.driver import Lane, Request, Search, SearchPlanner
 from plan_parallel.state import State
 
 __all__ = ["BeamSearch"]
 
 
-class BeamSearch:
+class BeamSearch(SearchPlanner):
     """Beam search MPC for ``Discrete`` action spaces.
 
     Args:
@@ -31,7 +33,7 @@ class BeamSearch:
         depth: actions per plan, each applied ``dt`` times.
         dt: env steps per action (action repeat).
         discount: per action (per ``dt`` env steps), in (0, 1].
-        seed: seeds the RNG that orders children of equal return.
+        seed: seeds the RNG that orders children of equal return; root k of ``plan_many`` uses ``seed + k``.
 
     Raises:
         TypeError / ValueError: a parameter of the wrong type or out of range.
@@ -44,20 +46,17 @@ class BeamSearch:
         self.dt = check_int("dt", dt, 1)
         self.discount = check_float("discount", discount, 0.0, 1.0, low_open=True)
         self.meter = Meter()
-        self.last_stats: dict[str, Any] = {}
         self.reset(seed)
 
     def __repr__(self) -> str:
         return f"BeamSearch(width={self.width}, depth={self.depth}, dt={self.dt}, discount={self.discount})"
 
-    def reset(self, seed: int | None = None) -> None:
-        """Reseed the tie-breaking RNG (``seed=None``: fresh entropy); each decision searches from scratch."""
-        if seed is not None:
-            check_int("seed", seed, 0)
-        self.rng = np.random.default_rng(seed)
+    def new_memory(self) -> None:
+        """Nothing: each decision searches from scratch."""
+        return None
 
-    def plan(self, env: Any, state: State) -> int:
-        """The first action of the best plan of at most ``depth`` actions from ``state``.
+    def searcher(self, env: Any) -> Any:
+        """The search of one root on ``env``: the first action of the best plan of at most ``depth`` actions.
 
         Raises:
             TypeError: an action space other than ``Discrete``.
@@ -66,7 +65,11 @@ class BeamSearch:
         if not isinstance(space, spaces.Discrete):
             raise TypeError(f"BeamSearch needs a Discrete action space, got {space}")
         n_act, start = int(space.n), int(space.start)
-        mark = self.meter.mark()
+        return lambda lane, state: self._search(lane, state, n_act, start)
+
+    def _search(self, lane: Lane[None], state: State, n_act: int, start: int) -> Search:
+        """One root's decision; ``last_stats`` keys: expanded, best_return."""
+        rng = lane.rng
         beam = [state]  # the kept plans' states ...
         value = np.zeros(1)  # ... their discounted returns so far ...
         first = np.zeros(1, dtype=np.int64)  # ... and their first actions (as offsets from start)
@@ -75,7 +78,7 @@ class BeamSearch:
         for d in range(self.depth):
             k = len(beam)
             actions = np.tile(np.arange(n_act, dtype=np.int64) + start, k)
-            batch = self.meter.step_batch(env, actions, [s for s in beam for _ in range(n_act)], self.dt)
+            batch = yield Request("step", [s for s in beam for _ in range(n_act)], actions)
             expanded += k * n_act
             child_value = np.repeat(value, n_act) + self.discount ** d * batch.rewards
             child_first = np.repeat(first, n_act) if d else np.arange(n_act, dtype=np.int64)
@@ -88,7 +91,7 @@ class BeamSearch:
             open_ = np.flatnonzero(~ended)
             if open_.size == 0:
                 break
-            order = np.lexsort((self.rng.random(open_.size), -child_value[open_]))  # by value, ties at random
+            order = np.lexsort((rng.random(open_.size), -child_value[open_]))  # by value, ties at random
             keep = open_[order[: self.width]]
             beam = [batch.states[i] for i in keep]
             value, first = child_value[keep], child_first[keep]
@@ -97,5 +100,4 @@ class BeamSearch:
             if top > best_value:
                 best_value = float(top)
                 best_first = int(np.argmax(np.bincount(first[value == top], minlength=n_act)))
-        self.last_stats = {"expanded": expanded, "best_return": best_value, **self.meter.since(mark)}
-        return best_first + start
+        return best_first + start, {"expanded": expanded, "best_return": best_value}

@@ -7,7 +7,8 @@ batched random rollout, and backs the returns up. Edges are actions applied
 ``dt`` times (action repeat). Q values are normalized to [0, 1] by the min and
 max seen in the tree, so one exploration constant works across reward scales.
 The subtree under the chosen action is kept for the next decision when the
-next state equals its state (tree reuse).
+next state equals its state (tree reuse). ``plan_many`` runs one tree per root,
+every iteration's leaves of all trees in one ``step_batch`` and one rollout call.
 """
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ import numpy as np
 from gymnasium import spaces
 
 from plan_parallel.planners.base import Meter, check_float, check_int, discounted_returns
+from plan_parallel.planners.driver import Lane, Request, Search, SearchPlanner
 from plan_parallel.state import State
 
 __all__ = ["MCTS"]
@@ -39,7 +41,22 @@ class _Node:
         self.untried = untried  # actions not expanded nor pending, popped from the end
 
 
-class MCTS:
+class _Tree:
+    """What one root's search keeps between decisions: the subtree to reuse and the Q range seen."""
+
+    __slots__ = ("hi", "lo", "next_root")
+
+    def __init__(self) -> None:
+        self.next_root: _Node | None = None
+        self.lo = math.inf  # min / max Q seen, for normalization
+        self.hi = -math.inf
+
+    def see(self, q: float) -> None:
+        self.lo = min(self.lo, q)
+        self.hi = max(self.hi, q)
+
+
+class MCTS(SearchPlanner):
     """UCT with batched leaf selection, expansion and rollouts (discrete actions).
 
     Args:
@@ -57,7 +74,8 @@ class MCTS:
             the chosen action is meant to be applied ``dt`` times too.
         discount: per edge (per ``dt`` env steps), in (0, 1].
         reuse_tree: keep the subtree of the chosen action for the next decision.
-        seed: seeds the planner's RNG (rollout actions, expansion order).
+        seed: seeds the planner's RNG (rollout actions, expansion order); root k
+            of ``plan_many`` uses ``seed + k``.
 
     Raises:
         TypeError / ValueError: a parameter of the wrong type or out of range.
@@ -82,7 +100,6 @@ class MCTS:
         self.discount = check_float("discount", discount, 0.0, 1.0, low_open=True)
         self.reuse_tree = bool(reuse_tree)
         self.meter = Meter()
-        self.last_stats: dict[str, Any] = {}
         self.reset(seed)
 
     def __repr__(self) -> str:
@@ -91,21 +108,12 @@ class MCTS:
             f"rollout_depth={self.rollout_depth}, dt={self.dt}, discount={self.discount})"
         )
 
-    # ------------------------------------------------------------------ public
-    def reset(self, seed: int | None = None) -> None:
-        """Drop the search tree and reseed the RNG (``seed=None``: fresh entropy)."""
-        if seed is not None:
-            check_int("seed", seed, 0)
-        self.rng = np.random.default_rng(seed)
-        self._next_root: _Node | None = None
-        self._lo = math.inf  # min / max Q seen, for normalization
-        self._hi = -math.inf
+    def new_memory(self) -> _Tree:
+        """No tree to reuse yet."""
+        return _Tree()
 
-    def plan(self, env: Any, state: State) -> int:
-        """Search from ``state`` for ``budget`` simulations; return the most visited root action.
-
-        ``env`` is any env made by :func:`plan_parallel.make`; its current state is
-        not changed. ``last_stats`` then holds the search statistics.
+    def searcher(self, env: Any) -> Any:
+        """The search of one root on ``env``: ``budget`` simulations, then the most visited root action.
 
         Raises:
             TypeError: the env's action space is not ``Discrete``.
@@ -114,25 +122,30 @@ class MCTS:
         if not isinstance(space, spaces.Discrete):
             raise TypeError(f"MCTS needs a Discrete action space, got {space}")
         n_actions, start = int(space.n), int(space.start)
-        mark = self.meter.mark()
-        root = self._next_root
+        return lambda lane, state: self._search(lane, state, n_actions, start)
+
+    # ------------------------------------------------------------------ search
+    def _search(self, lane: Lane[_Tree], state: State, n_actions: int, start: int) -> Search:
+        """One root's decision; ``last_stats`` keys: simulations, batches, reuse, root visits and Q, value, depth."""
+        tree, rng = lane.memory, lane.rng
+        root = tree.next_root
         reused = root is not None and root.state == state
         if not reused:
-            root = _Node(state, 0.0, False, self._order(n_actions))
-            self._lo, self._hi = math.inf, -math.inf
+            root = _Node(state, 0.0, False, _order(rng, n_actions))
+            tree.lo, tree.hi = math.inf, -math.inf
         assert root is not None
         reused_visits = root.n
         sims = batches = max_depth = 0
         while sims < self.budget:
-            leaves, depth = self._select(root, min(self.leaves_per_batch, self.budget - sims))
+            leaves, depth = self._select(tree, root, min(self.leaves_per_batch, self.budget - sims))
             max_depth = max(max_depth, depth)
-            self._evaluate(env, leaves, n_actions, start)
+            yield from self._evaluate(tree, rng, leaves, n_actions, start)
             sims += len(leaves)
             batches += 1
         action = self._best(root)
-        self._next_root = root.children[action] if self.reuse_tree else None
+        tree.next_root = root.children[action] if self.reuse_tree else None
         visits = [c.n if c is not None else 0 for c in root.children]
-        self.last_stats = {
+        stats = {
             "simulations": sims,
             "batches": batches,
             "reused": reused,
@@ -141,27 +154,17 @@ class MCTS:
             "root_q": [self._q(c) if c is not None and c.n else float("nan") for c in root.children],
             "value": root.w / root.n if root.n else float("nan"),
             "max_depth": max_depth,
-            **self.meter.since(mark),
         }
-        return start + action
-
-    # ------------------------------------------------------------------ search
-    def _order(self, n_actions: int) -> list[int]:
-        """The order in which a new node's actions get expanded (popped from the end): random, seeded."""
-        return [int(a) for a in self.rng.permutation(n_actions)]
+        return start + action, stats
 
     def _q(self, child: _Node) -> float:
         return child.reward + self.discount * (child.w / child.n)
 
-    def _see(self, q: float) -> None:
-        self._lo = min(self._lo, q)
-        self._hi = max(self._hi, q)
-
-    def _select(self, root: _Node, k: int) -> tuple[list[tuple[list[_Node], int | None]], int]:
+    def _select(self, tree: _Tree, root: _Node, k: int) -> tuple[list[tuple[list[_Node], int | None]], int]:
         """Up to ``k`` leaves: (path from the root, action to expand or None for a terminal node)."""
         leaves: list[tuple[list[_Node], int | None]] = []
         max_depth = 0
-        span = self._hi - self._lo
+        span = tree.hi - tree.lo
         for _ in range(k):
             node, path = root, [root]
             while True:
@@ -171,7 +174,7 @@ class MCTS:
                 if node.untried:
                     leaf = (path, node.untried.pop())
                     break
-                child = self._uct_child(node, span)
+                child = self._uct_child(tree, node, span)
                 if child is None:  # every action of this node is pending: no leaf left this batch
                     leaf = None
                     break
@@ -185,7 +188,7 @@ class MCTS:
             max_depth = max(max_depth, len(path) - (1 if leaf[1] is None else 0))
         return leaves, max_depth
 
-    def _uct_child(self, node: _Node, span: float) -> _Node | None:
+    def _uct_child(self, tree: _Tree, node: _Node, span: float) -> _Node | None:
         """The expanded child with the best UCT score (virtual loss counted as a zero-value visit)."""
         best, best_score = None, -math.inf
         log_n = math.log(max(1, node.n + node.vl))
@@ -193,14 +196,17 @@ class MCTS:
             if child is None:  # pending expansion
                 continue
             visits = child.n + child.vl  # n >= 1: a child exists once its first simulation is backed up
-            q = (self._q(child) - self._lo) / span if span > 0 else 0.5
+            q = (self._q(child) - tree.lo) / span if span > 0 else 0.5
             score = q * child.n / visits + self.exploration * math.sqrt(log_n / visits)
             if score > best_score:
                 best, best_score = child, score
         return best
 
-    def _evaluate(self, env: Any, leaves: list[tuple[list[_Node], int | None]], n_actions: int, start: int) -> None:
-        """Expand the pending leaves with one step_batch, roll out the new nodes in one call, back up."""
+    def _evaluate(
+        self, tree: _Tree, rng: np.random.Generator, leaves: list[tuple[list[_Node], int | None]], n_actions: int,
+        start: int,
+    ) -> Search:
+        """Expand the pending leaves with one step request, roll out the new nodes in one request, back up."""
         expand = [(path, a) for path, a in leaves if a is not None]
         expand_index = [i for i, (_, a) in enumerate(leaves) if a is not None]
         values = [0.0] * len(leaves)  # terminal leaves: nothing beyond them
@@ -210,27 +216,27 @@ class MCTS:
             for p in parents:  # children slots exist once a node is first expanded
                 if not p.children:
                     p.children = [None] * n_actions
-            batch = self.meter.step_batch(
-                env, np.array([start + a for _, a in expand], dtype=np.int64), [p.state for p in parents], self.dt
+            steps = yield Request(
+                "step", [p.state for p in parents], np.array([start + a for _, a in expand], dtype=np.int64)
             )
             for j, ((path, a), parent) in enumerate(zip(expand, parents)):
-                done = bool(batch.terminations[j] or batch.truncations[j])
-                child = _Node(batch.states[j], float(batch.rewards[j]), done, [] if done else self._order(n_actions))
+                done = bool(steps.terminations[j] or steps.truncations[j])
+                child = _Node(steps.states[j], float(steps.rewards[j]), done, [] if done else _order(rng, n_actions))
                 parent.children[a] = child
                 child.vl = 1
                 path.append(child)
                 new.append(child)
             live = [i for i, c in enumerate(new) if not c.done]
             if live and self.rollout_depth:
-                actions = self.rng.integers(start, start + n_actions, size=(len(live), self.rollout_depth))
-                out = self.meter.rollout(env, [new[i].state for i in live], actions, self.dt)
+                actions = rng.integers(start, start + n_actions, size=(len(live), self.rollout_depth))
+                out = yield Request("rollout", [new[i].state for i in live], actions)
                 returns = discounted_returns(out.rewards, self.discount)
                 for i, g in zip(live, returns):
                     values[expand_index[i]] = float(g)
         for (path, _), g in zip(leaves, values):
-            self._backup(path, g)
+            self._backup(tree, path, g)
 
-    def _backup(self, path: list[_Node], g: float) -> None:
+    def _backup(self, tree: _Tree, path: list[_Node], g: float) -> None:
         """Add return ``g`` (from the last node of ``path`` on) to every node of the path; lift virtual loss."""
         for i in range(len(path) - 1, -1, -1):
             node = path[i]
@@ -238,7 +244,7 @@ class MCTS:
             node.n += 1
             node.w += g
             if i:
-                self._see(self._q(node))
+                tree.see(self._q(node))
             g = node.reward + self.discount * g
 
     def _best(self, root: _Node) -> int:
@@ -251,3 +257,8 @@ class MCTS:
             if k > key:
                 best, key = a, k
         return best
+
+
+def _order(rng: np.random.Generator, n_actions: int) -> list[int]:
+    """The order in which a new node's actions get expanded (popped from the end): random, seeded."""
+    return [int(a) for a in rng.permutation(n_actions)]

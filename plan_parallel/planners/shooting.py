@@ -8,6 +8,7 @@ entropy method: each round refits the sampling distribution (a categorical per
 step for ``Discrete``, a clipped Gaussian per step for ``Box``) to the elite
 sequences. With ``warm_start`` the previous decision's best sequence and
 distribution, shifted by one step, seed the next decision (MPC style).
+``plan_many`` rolls out every root's sequences of a round in one call.
 """
 from __future__ import annotations
 
@@ -18,12 +19,13 @@ import numpy as np
 from gymnasium import spaces
 
 from plan_parallel.planners.base import Meter, check_float, check_int, discounted_returns
+from plan_parallel.planners.driver import Lane, Request, Search, SearchPlanner
 from plan_parallel.state import State
 
 __all__ = ["RandomShooting"]
 
 
-class RandomShooting:
+class RandomShooting(SearchPlanner):
     """Random shooting / CEM-lite MPC over ``Discrete`` or ``Box`` action spaces.
 
     Args:
@@ -38,7 +40,7 @@ class RandomShooting:
         warm_start: start each decision from the previous one's best sequence
             and distribution, shifted by one step (the distribution moved half
             way back to its initial spread, so it keeps exploring).
-        seed: seeds the planner's RNG.
+        seed: seeds the planner's RNG; root k of ``plan_many`` uses ``seed + k``.
 
     Raises:
         TypeError / ValueError: a parameter of the wrong type or out of range.
@@ -72,7 +74,6 @@ class RandomShooting:
             )
         self.warm_start = bool(warm_start)
         self.meter = Meter()
-        self.last_stats: dict[str, Any] = {}
         self.reset(seed)
 
     def __repr__(self) -> str:
@@ -81,16 +82,12 @@ class RandomShooting:
             f"iterations={self.iterations})"
         )
 
-    def reset(self, seed: int | None = None) -> None:
-        """Forget the warm start and reseed the RNG (``seed=None``: fresh entropy)."""
-        if seed is not None:
-            check_int("seed", seed, 0)
-        self.rng = np.random.default_rng(seed)
-        self._plan: np.ndarray | None = None  # previous best sequence, (H, *action_shape)
-        self._dist: tuple[np.ndarray, ...] | None = None  # previous fitted distribution
+    def new_memory(self) -> _Warm:
+        """No warm start yet."""
+        return _Warm()
 
-    def plan(self, env: Any, state: State) -> Any:
-        """The first action of the best sampled sequence from ``state``.
+    def searcher(self, env: Any) -> Any:
+        """The search of one root on ``env``: the first action of the best sampled sequence.
 
         Returns an ``int`` for ``Discrete`` spaces, an array of the space's dtype for ``Box``.
 
@@ -104,19 +101,23 @@ class RandomShooting:
             sampler = _Gaussian(space, self.horizon)
         else:
             raise TypeError(f"RandomShooting needs a Discrete or Box action space, got {space}")
-        mark = self.meter.mark()
-        warm = self.warm_start and self._plan is not None and self._plan.shape[1:] == sampler.shape
-        dist = sampler.shift(self._dist) if warm and self._dist is not None else sampler.initial()
+        return lambda lane, state: self._search(lane, state, sampler)
+
+    def _search(self, lane: Lane[_Warm], state: State, sampler: _Sampler) -> Search:
+        """One root's decision; ``last_stats`` keys: sequences, best and mean return."""
+        memory, rng = lane.memory, lane.rng
+        warm = self.warm_start and memory.plan is not None and memory.plan.shape[1:] == sampler.shape
+        dist = sampler.shift(memory.dist) if warm and memory.dist is not None else sampler.initial()
         per_round = self.budget // self.iterations
         n_elite = max(1, round(self.elite_frac * per_round))
         best_seq, best_ret, all_seqs, all_returns = None, -math.inf, [], []
         for it in range(self.iterations):
             n = per_round if it < self.iterations - 1 else self.budget - per_round * it
             uniform = it == 0 and not warm
-            seqs = sampler.sample(self.rng, dist, n, uniform)
+            seqs = sampler.sample(rng, dist, n, uniform)
             if it == 0 and warm:
-                seqs[0, :-1] = self._plan[1:]  # type: ignore[index]  # the previous best plan, shifted
-            out = self.meter.rollout(env, [state] * n, sampler.encode(seqs), self.dt)
+                seqs[0, :-1] = memory.plan[1:]  # type: ignore[index]  # the previous best plan, shifted
+            out = yield Request("rollout", [state] * n, sampler.encode(seqs))
             returns = discounted_returns(out.rewards, self.discount)
             all_seqs.append(seqs)
             all_returns.append(returns)
@@ -127,16 +128,21 @@ class RandomShooting:
                 elite = np.argsort(-returns, kind="stable")[:n_elite]
                 dist = sampler.fit(dist, seqs[elite], self.smoothing)
         assert best_seq is not None
-        self._plan, self._dist = best_seq, dist
+        memory.plan, memory.dist = best_seq, dist
         returns = np.concatenate(all_returns)
         first = sampler.choose(np.concatenate(all_seqs), returns, best_seq)
-        self.last_stats = {
-            "sequences": int(returns.size),
-            "best_return": best_ret,
-            "mean_return": float(returns.mean()),
-            **self.meter.since(mark),
-        }
-        return sampler.decode(first)
+        stats = {"sequences": int(returns.size), "best_return": best_ret, "mean_return": float(returns.mean())}
+        return sampler.decode(first), stats
+
+
+class _Warm:
+    """What one root's search keeps between decisions: the best sequence and the fitted distribution."""
+
+    __slots__ = ("dist", "plan")
+
+    def __init__(self) -> None:
+        self.plan: np.ndarray | None = None  # previous best sequence, (H, *action_shape)
+        self.dist: tuple[np.ndarray, ...] | None = None  # previous fitted distribution
 
 
 class _Sampler(Protocol):
