@@ -4,11 +4,25 @@
 >>> env = pp.make("CartPole-v1", backend="inline")
 >>> state, obs, info = env.reset(seed=0)
 >>> batch = env.step_batch([0, 1], states=[state, state], dt=[1, 4])
+
+Where to start (each has its own ``help()``):
+
+- :func:`make`: an env with the planning API (``reset`` returns ``(state, obs, info)``, ``step`` six
+  values, ``step_batch`` / ``rollout_batch`` many items): a :class:`PlanEnv` (``backend="inline"``) or a
+  :class:`BatchEnv` (``"process"``, ``"ray"``).
+- :func:`make_vec`: a ``gymnasium.vector.VectorEnv`` over the same workers.
+- :func:`check_clonable`: prove or refute that an env's states replay bit-identically (run it on your own env).
+- :func:`get_state` / :func:`set_state`: the complete state of any gymnasium env, without ``make``.
+- :class:`State`, :class:`StepBatch`, :class:`RolloutBatch`: what the calls return.
+- the errors: :class:`PlanParallelError` and its subclasses; ``plan_parallel.planners``: MCTS, beam search,
+  random shooting on the public API.
 """
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from gymnasium.vector import AutoresetMode
 
 from plan_parallel.batch import BatchEnv
 from plan_parallel.build import BACKENDS, make
@@ -25,6 +39,10 @@ from plan_parallel.errors import (
 from plan_parallel.factory import EnvFactory
 from plan_parallel.results import RolloutBatch, StepBatch
 from plan_parallel.state import State, StateBatch, get_state, set_state
+from plan_parallel.state.check import check_clonable
+
+if TYPE_CHECKING:
+    from plan_parallel.vector import PlanVectorEnv
 
 __version__ = "0.1.0"
 
@@ -51,19 +69,59 @@ __all__ = [
     "set_state",
 ]
 
-def make_vec(env: Any = None, num_envs: int | None = None, **kwargs: Any):
-    """A ``gymnasium.vector.VectorEnv`` of ``num_envs`` sub-envs over the planning workers.
+def make_vec(
+    env: str | Callable[..., Any] | Sequence[Callable[[], Any]] | None = None,
+    num_envs: int | None = None,
+    n_workers: int | None = None,
+    backend: str = "process",
+    autoreset_mode: str | AutoresetMode = AutoresetMode.NEXT_STEP,
+    *,
+    env_fns: Sequence[Callable[[], Any]] | None = None,
+    observation_mode: str = "same",
+    recover: bool = True,
+    copy: bool = True,
+    timeout: float | None = None,
+    max_restarts: int | None = None,
+    context: str | None = None,
+    adapter: Any = None,
+    small_batch_inline: bool = True,
+    address: str | None = None,
+    worker_options: dict | None = None,
+    pin_workers: bool | None = None,
+    **env_kwargs: Any,
+) -> PlanVectorEnv:
+    """A ``gymnasium.vector.VectorEnv`` of ``num_envs`` sub-envs stepped by planning workers, with
+    ``get_states`` / ``set_states``.
 
-    ``env``: an env id, an env callable, or a list of callables (``env_fns=``), one per sub-env.
-    See :func:`plan_parallel.vector.make_vec` for the arguments.
+    Args:
+        env: a gymnasium env id, a callable returning a ``gymnasium.Env``, or a list of such callables,
+            one per sub-env (as ``env_fns``).
+        num_envs: the number of sub-envs (any N >= 1, independent of ``n_workers``; default 1, or
+            ``len(env_fns)``).
+        n_workers, backend: as :func:`make`.
+        autoreset_mode: gymnasium's ``AutoresetMode`` (``NEXT_STEP``, the default, ``SAME_STEP`` or
+            ``DISABLED``) or its string value.
+        env_fns: gymnasium's list of sub-env constructors (instead of ``env``).
+        observation_mode: ``"same"`` (every sub-env's observation space equal) or ``"different"``
+            (equal shape and dtype), as ``SyncVectorEnv``'s.
+        recover: replace a worker that dies and replay its items; False: a death raises
+            :class:`WorkerCrashedError`.
+        copy: return a fresh observation array every call (as ``SyncVectorEnv``'s ``copy``).
+        timeout, context, adapter, small_batch_inline, address, worker_options: as :func:`make`.
+        max_restarts: dead workers replaced over the env's life (default 3 with ``recover``).
+        pin_workers: as :func:`make`, but False by default here.
+        **env_kwargs: passed to ``gymnasium.make`` (or to the callable).
+
+    The full description is :class:`plan_parallel.vector.PlanVectorEnv`'s.
+
+    Raises:
+        ValueError, TypeError: bad arguments. StateError: the env's state cannot be captured.
     """
-    from plan_parallel.vector.vector_env import make_vec as _make_vec
+    from plan_parallel.vector import make_vec as vector_make_vec  # loads the vector env when first asked for
 
-    return _make_vec(env, num_envs, **kwargs)
-
-
-def check_clonable(env: str | Callable[..., Any], **kwargs: Any):
-    """Prove or refute bit-identical replay from captured states; see :mod:`plan_parallel.state.check`."""
-    from plan_parallel.state.check import check_clonable as _check
-
-    return _check(env, **kwargs)
+    return vector_make_vec(
+        env, num_envs, env_fns=env_fns, n_workers=n_workers, backend=backend, autoreset_mode=autoreset_mode,
+        observation_mode=observation_mode, recover=recover, copy=copy, timeout=timeout, max_restarts=max_restarts,
+        context=context, adapter=adapter, small_batch_inline=small_batch_inline, address=address,
+        worker_options=worker_options, pin_workers=pin_workers, **env_kwargs,
+    )

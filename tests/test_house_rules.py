@@ -134,8 +134,8 @@ def test_each_package_imports_only_from_the_ones_before_it() -> None:
 
 
 def test_package_faces_only_re_export_and_only_the_cli_imports_the_top_one() -> None:
-    """STYLE: a package face (``__init__.py``) only re-exports (the top one also defers two imports:
-    ``make_vec`` and ``check_clonable`` load their modules when called); inside the package only the
+    """STYLE: a package face (``__init__.py``) only re-exports (the top one also defers one import:
+    ``make_vec`` loads the vector env when called); inside the package only the
     command line, a user of the public API, imports ``plan_parallel`` itself."""
     bad = []
     for path in sorted(PACKAGE.rglob("*.py")):

@@ -1,6 +1,6 @@
 """``check_clonable``: prove or refute bit-identical replay from captured states.
 
-The protocol (see ``shared/research/state_cloning.md``):
+The protocol:
 
 1. **live**: reset with a seed, walk a few random steps, capture state S, then
    record the *truth*: the live env stepping a fixed action sequence from S.

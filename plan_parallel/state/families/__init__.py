@@ -1,7 +1,7 @@
 """One adapter per simulator family whose native state calls capture it, then the fallbacks; each is
 registered when its module is imported, and the imports below set the order they are tried in.
 
-Recipes follow the measured survey (``shared/research/state_cloning.md``):
+The recipes, each measured bitwise by :func:`plan_parallel.check_clonable`:
 
 - ``classic``: classic control, the simulator state array, hidden fields, the RNG;
 - ``toy_text``: every field ``step`` reads, the RNG;
