@@ -105,10 +105,9 @@ def check_action_sequences(space: spaces.Space, actions: Any, n: int | None, hor
 def _outside(space: spaces.Space, arr: np.ndarray, bad: Any, single: bool, bounds_text: str = "") -> ValueError:
     """The error naming the first item (or [item, step]) of ``arr`` with a bad value in ``bad`` (its lead shape)."""
     idx = tuple(int(x) for x in np.argwhere(bad)[0])
-    where = str(idx[0]) if len(idx) == 1 else f"[{', '.join(map(str, idx))}]"
     if single:
         return ValueError(f"action {arr[idx].tolist()!r} is outside {space}{bounds_text}")
-    return ValueError(f"action {where} is outside {space}{bounds_text}: {arr[idx].tolist()!r}")
+    return ValueError(f"actions[{', '.join(map(str, idx))}] = {arr[idx].tolist()!r} is outside {space}{bounds_text}")
 
 
 def _check_action_array(

@@ -57,6 +57,12 @@ def make(
 ) -> PlanEnv | BatchEnv:
     """Build an env with the planning API: a :class:`PlanEnv` (inline) or a :class:`BatchEnv`.
 
+    Not gymnasium's tuples: every call hands back the state first (plangym's order)::
+
+        state, obs, info = env.reset(seed=0)                                    # not (obs, info)
+        state, obs, reward, terminated, truncated, info = env.step(action)    # six values, not five
+        batch = env.step_batch(actions, states=[state] * len(actions))        # a StepBatch of named fields
+
     Args:
         env: a gymnasium env id, or a callable returning a ``gymnasium.Env``
             (called with ``env_kwargs``).
