@@ -17,6 +17,7 @@ from gymnasium import spaces
 from plan_parallel.action_inputs import check_action_sequences
 from plan_parallel.errors import StateError
 from plan_parallel.state import State
+from plan_parallel.state.identity import kind_mismatch
 from plan_parallel.state.state_value import validate_each
 
 __all__ = ["MAX_DT", "RolloutRequest", "check_dt", "check_horizon", "check_kind", "check_policy", "check_rollout",
@@ -282,7 +283,4 @@ def check_kind(s: Any, kind: str) -> None:
     if not isinstance(s, State):
         raise StateError(f"expected a plan_parallel State, got {type(s).__name__}: {s!r:.200}")
     if s.kind != kind:
-        raise StateError(
-            f"state of kind {s.kind!r} cannot restore an env of kind {kind!r} "
-            "(another env family, env class or wrapper stack)"
-        )
+        raise StateError(kind_mismatch(s.kind, kind))

@@ -5,8 +5,11 @@ what was expected and what was given, before anything is sent), or made to work.
 """
 from __future__ import annotations
 
+import inspect
+import pydoc
 import subprocess
 import sys
+from pathlib import Path
 
 import gymnasium as gym
 import psutil
@@ -87,3 +90,91 @@ def test_an_unknown_atari_id_is_answered_alike_whatever_was_imported_and_points_
     plain, after_ale = in_fresh_process(code), in_fresh_process("import ale_py\n" + code)
     assert plain == after_ale, (plain, after_ale)
     assert plain.startswith("VersionNotFound ") and plain.strip().endswith("Did you mean `ALE/MsPacman-v5`?"), plain
+
+
+# ---------------------------------------------------------------- point 2: a state names its configuration
+def stacked(size: int) -> gym.Env:
+    return gym.wrappers.FrameStackObservation(gym.make("CartPole-v1"), stack_size=size)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize(("made", "other", "says"), [
+    (("Pendulum-v1", {"g": 2.0}), ("Pendulum-v1", {}), "(another configuration: g=2.0 in the state, default in this env)"),
+    (("CartPole-v1", {"max_episode_steps": 50}), ("CartPole-v1", {}),
+     "(another configuration: max_episode_steps=50 in the state, 500 in this env)"),
+    (("FrozenLake-v1", {"is_slippery": False}), ("FrozenLake-v1", {"is_slippery": True}),
+     "is_slippery=False in the state, default in this env"),
+    ((stacked, {"size": 4}), (stacked, {"size": 2}),
+     "FrameStackObservation={'stack_size': 4, 'padding_type': 'reset'} in the state, "
+     "{'stack_size': 2, 'padding_type': 'reset'} in this env"),
+], ids=["pendulum-g", "cartpole-limit", "frozenlake-slippery", "frame-stack"])
+def test_a_state_refuses_an_env_of_another_configuration_naming_the_difference(
+        backend: str, made: tuple, other: tuple, says: str) -> None:
+    with pp.make(made[0], backend="inline", **made[1]) as source:
+        state = source.reset(seed=0)[0]
+    with pp.make(other[0], backend=backend, n_workers=1, **other[1]) as env:
+        env.reset(seed=0)
+        action = env.action_space.sample()
+        for call in (lambda: env.set_state(state), lambda: env.step(action, state=state),
+                     lambda: env.step_batch([action] * 3, states=[state] * 3)):
+            with pytest.raises(pp.StateError, match="cannot restore an env of kind") as info:
+                call()
+            assert says in str(info.value)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_the_same_configuration_however_spelt_restores(backend: str) -> None:
+    with pp.make("Pendulum-v1", backend="inline", g=10, render_mode="rgb_array") as source:
+        state = source.reset(seed=0)[0]
+        want = source.step([0.5], state=state)[1]
+    with pp.make("Pendulum-v1", backend=backend, n_workers=1) as env:
+        assert env.kind == source.kind and env.kind.endswith(" {max_episode_steps=200}")
+        assert (env.step_batch([[0.5]], states=[state]).observations[0] == want).all()
+
+
+# ---------------------------------------------------------------- point 7: the public face
+def test_make_vec_and_check_clonable_show_their_real_arguments() -> None:
+    from plan_parallel.state.check import check_clonable
+    from plan_parallel.vector import PlanVectorEnv
+
+    assert pp.check_clonable is check_clonable
+    assert {"steps", "budget", "fresh_process"} <= set(inspect.signature(pp.check_clonable).parameters)
+    ours = dict(inspect.signature(pp.make_vec).parameters)
+    assert ours.pop("env_fns").kind is inspect.Parameter.KEYWORD_ONLY
+    theirs = dict(inspect.signature(PlanVectorEnv.__init__).parameters)
+    del theirs["self"]
+    assert list(ours) == list(theirs)  # every option of the vector env, in its order
+    for name, p in theirs.items():
+        assert ours[name].kind == p.kind, name
+        assert ours[name].default == p.default or name == "env", (name, ours[name].default, p.default)
+
+
+def test_the_package_cites_no_file_outside_it_and_its_help_starts_with_the_entry_points() -> None:
+    root = Path(pp.__file__).parent
+    cited = [str(path.relative_to(root)) for path in root.rglob("*.py") if "shared/research" in path.read_text()]
+    assert cited == []
+    head = pydoc.render_doc(pp, renderer=pydoc.plaintext).split("PACKAGE CONTENTS")[0]
+    for name in ("make", "make_vec", "check_clonable", "get_state", "StepBatch", "planners"):
+        assert f"{name}" in head, name
+
+
+# ---------------------------------------------------------------- point 8: smaller things
+def test_help_of_make_warns_of_gymnasiums_tuples() -> None:
+    text = pydoc.render_doc(pp.make, renderer=pydoc.plaintext)
+    assert "state, obs, info = env.reset(seed=0)" in text
+    assert "state, obs, reward, terminated, truncated, info = env.step(action)" in text
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_an_action_outside_the_space_is_named_by_its_index_and_value(backend: str) -> None:
+    with pp.make("CartPole-v1", backend=backend, n_workers=1) as env:
+        state = env.reset(seed=0)[0]
+        with pytest.raises(ValueError) as info:
+            env.step_batch([1, 2], states=[state, state])
+        assert str(info.value) == "actions[1] = 2 is outside Discrete(2)"
+        with pytest.raises(ValueError) as info:
+            env.rollout_batch([state, state], actions=[[0, 1], [1, 5]])
+        assert str(info.value) == "actions[1, 1] = 5 is outside Discrete(2)"

@@ -16,6 +16,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from plan_parallel.errors import StateError
+from plan_parallel.state.identity import configuration, kind_mismatch
 from plan_parallel.state.state_value import State
 from plan_parallel.state.wrappers import WrapperStack, direct_step
 
@@ -67,7 +68,8 @@ class Adapter:
     every reset and step (action replay) overrides :meth:`reset` and :meth:`make_step`.
 
     Class attributes:
-        name: the family name, the first part of :attr:`State.kind`.
+        name: the family name, the first part of :attr:`State.kind` (whose last part is the env's
+            configuration: see :mod:`plan_parallel.state.identity`).
         step_draws_rng: False when the family's ``step`` never draws from
             ``np_random`` (then the RNG is carried over from the restored state
             instead of being read back after every step, a 1-2 us saving).
@@ -88,7 +90,7 @@ class Adapter:
         self.wrappers = WrapperStack(env) if not self.includes_wrappers else WrapperStack.empty()
         self.kind = f"{self.name}:{type(self.u).__name__}" + (
             "|" + ",".join(self.wrappers.names) if self.wrappers.names else ""
-        )
+        ) + configuration(env)
         self._draws = self.step_draws_rng or self.wrappers.draws_rng  # a wrapper may draw (StickyAction)
         # The rng value the env's np_random is known to hold (identity-tracked), or None.
         self._rng_known: dict | None = None
@@ -261,10 +263,7 @@ class Adapter:
         if not isinstance(state, State):
             raise StateError(f"expected a plan_parallel State, got {type(state).__name__}: {state!r:.200}")
         if state.kind != self.kind:
-            raise StateError(
-                f"state of kind {state.kind!r} cannot restore an env of kind {self.kind!r} "
-                "(another env family, env class or wrapper stack)"
-            )
+            raise StateError(kind_mismatch(state.kind, self.kind))
         why = self.check_sim(state.sim)
         if why is None:
             why = self._check_rest(state)
