@@ -38,7 +38,10 @@ def add_plan_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--workers", type=int, default=2, help="worker processes (process and ray backends)")
     p.add_argument("--backend", choices=["inline", "process", "ray"], default="process",
                    help="where the items run: this process, worker processes, or Ray actors")
-    p.add_argument("--episodes", type=int, default=1, help="episodes to plan, one after the other")
+    p.add_argument("--episodes", type=int, default=1,
+                   help="episodes to plan, played together: each round one search batch over all of them")
+    p.add_argument("--sequential", action="store_true",
+                   help="play the episodes one after the other (same results, one root per search batch)")
     p.add_argument("--seed", type=int, default=0, help="episode e uses seed + e (env reset and planner)")
     p.add_argument("--max-steps", type=int,
                    help="stop an episode after this many env steps (default: the env's time limit)")
@@ -116,8 +119,13 @@ def episode_end(ep: Any) -> str:
     return "terminated" if ep.terminated else "truncated" if ep.truncated else "max-steps"
 
 
-def summarize(episodes: Sequence[Any]) -> str:
-    """A table of the episodes (return, steps, decisions, end, speed) and their means."""
+def summarize(episodes: Sequence[Any], wall_seconds: float | None = None, env_seconds: float | None = None) -> str:
+    """A table of the episodes (return, steps, decisions, end, speed) and their means.
+
+    ``wall_seconds`` and ``env_seconds``: the whole run's, for episodes played
+    together (their times overlap); default the sums of the episodes', right when
+    they ran one after the other.
+    """
     rows = ["episode  seed    return  steps  decisions  end         seconds  decisions/s  transitions/s  env calls"]
     for i, ep in enumerate(episodes):
         end = episode_end(ep)
@@ -129,10 +137,10 @@ def summarize(episodes: Sequence[Any]) -> str:
     if any(ep.terminated and ep.truncated for ep in episodes):
         rows.append("term+trunc: the last step both ended the episode and reached the time limit (gymnasium says both)")
     returns = [ep.episode_return for ep in episodes]
-    wall = sum(ep.wall_seconds for ep in episodes)
-    env_s = sum(ep.env_seconds for ep in episodes)
+    wall = sum(ep.wall_seconds for ep in episodes) if wall_seconds is None else wall_seconds
+    env_s = sum(ep.env_seconds for ep in episodes) if env_seconds is None else env_seconds
     spread = statistics.stdev(returns) if len(returns) > 1 else 0.0
-    share = env_s / wall if wall else 0.0
+    share = min(1.0, env_s / wall) if wall else 0.0
     rows.append(
         f"mean return {statistics.fmean(returns):.1f} ± {spread:.1f} over {len(episodes)} episode(s); "
         f"{sum(ep.decisions for ep in episodes) / wall if wall else 0:.1f} decisions/s, "
@@ -142,13 +150,22 @@ def summarize(episodes: Sequence[Any]) -> str:
     return "\n".join(rows)
 
 
+def _ended(ep: Any, max_steps: int | None) -> bool:
+    return bool(ep.terminated or ep.truncated or (max_steps is not None and ep.steps >= max_steps))
+
+
 def run_plan(args: argparse.Namespace) -> int:
-    """Run ``args.episodes`` planned episodes and print the summary. Returns the exit code."""
+    """Run ``args.episodes`` planned episodes (together unless ``--sequential``) and print the summary.
+
+    Returns the exit code (130 after Ctrl-C, with the summary of the episodes that ended).
+    """
+    import time
+
     from gymnasium import spaces
     from tqdm import tqdm
 
     import plan_parallel as pp
-    from plan_parallel.planners import run_episode
+    from plan_parallel.planners import run_episodes
     from plan_parallel.planners.presets import make_planner
 
     _check_args(args)
@@ -163,8 +180,10 @@ def run_plan(args: argparse.Namespace) -> int:
                          "try --planner shooting")
     n_workers = None if args.backend == "inline" else args.workers
     workers = "" if n_workers is None else f", workers={n_workers}"
-    print(f"{planner} on {args.env}, backend={args.backend}{workers}", flush=True)
-    episodes: list[Any] = []
+    how = "one after the other" if args.sequential or args.episodes == 1 else "together"
+    print(f"{planner} on {args.env}, backend={args.backend}{workers}; {args.episodes} episode(s) {how}", flush=True)
+    seeds = [args.seed + k for k in range(args.episodes)]
+    seen: dict[int, Any] = {}  # seed -> its episode so far
     env = pp.make(args.env, backend=args.backend, n_workers=n_workers, **env_kwargs)
     with env:
         live = None
@@ -172,33 +191,38 @@ def run_plan(args: argparse.Namespace) -> int:
             live = pp.make(args.env, backend="inline", render_mode="rgb_array", **env_kwargs)
         try:
             limit = args.max_steps or getattr(env.spec, "max_episode_steps", None)
+            cap = math.ceil(limit / planner.dt) if limit else None  # decisions an episode may take
+            last = seeds[0] if len(seeds) == 1 else f"{seeds[0]}-{seeds[-1]}"
+            bar = tqdm(total=cap * len(seeds) if cap else None, desc=f"{len(seeds)} episode(s), seed {last}", unit="decision",
+                       disable=args.no_progress)
             frames: list[Any] = []
-            for k in range(args.episodes):
-                bar = tqdm(
-                    total=math.ceil(limit / planner.dt) if limit else None,
-                    desc=f"episode {k} (seed {args.seed + k})",
-                    unit="decision",
-                    disable=args.no_progress,
-                )
 
-                def on_decision(ep: Any, bar: Any = bar, record: bool = live is not None and k == 0) -> None:
-                    if record:
-                        frames.append(live.gym_env.render())  # type: ignore[union-attr]
-                    if ep.decisions:
-                        bar.update(1)
-                        bar.set_postfix(ret=f"{ep.episode_return:.1f}", refresh=False)
+            def on_decision(ep: Any) -> None:
+                seen[ep.seed] = ep
+                if live is not None and ep.seed == seeds[0]:  # the live env is at this episode's state now
+                    frames.append(live.gym_env.render())
+                if ep.decisions:
+                    bar.update(1)
+                    if _ended(ep, args.max_steps) and cap and bar.total is not None:
+                        bar.total -= cap - ep.decisions  # the decisions it will not take
+                    done = [e for e in seen.values() if _ended(e, args.max_steps)]
+                    bar.set_postfix(running=len(seen) - len(done),
+                                    ret=f"{statistics.fmean(e.episode_return for e in seen.values()):.1f}",
+                                    refresh=False)
 
-                try:
-                    with bar:
-                        ep = run_episode(planner, env, seed=args.seed + k, max_steps=args.max_steps, live_env=live,
-                                         callback=on_decision)
-                except KeyboardInterrupt:
-                    print(f"interrupted during episode {k}" + (": the episodes finished so far" if episodes else ""),
-                          flush=True)
-                    if episodes:
-                        print(summarize(episodes), flush=True)
-                    return 130
-                episodes.append(ep)
+            mark, t0 = planner.meter.mark(), time.perf_counter()
+            try:
+                with bar:
+                    episodes = run_episodes(planner, env, seeds=seeds, max_steps=args.max_steps, live_env=live,
+                                            callback=on_decision, together=not args.sequential)
+            except KeyboardInterrupt:
+                done = [ep for ep in seen.values() if _ended(ep, args.max_steps)]
+                print("interrupted" + (": the episodes that ended" if done else ""), flush=True)
+                if done:
+                    print(summarize(done), flush=True)
+                return 130
+            wall = time.perf_counter() - t0
+            planner_env_s = planner.meter.since(mark)["env_seconds"]
             if live is not None:
                 fps = live.gym_env.metadata.get("render_fps") or 30
                 save_animation(args.record, frames, fps / planner.dt)
@@ -206,5 +230,8 @@ def run_plan(args: argparse.Namespace) -> int:
         finally:
             if live is not None:
                 live.close()
-    print(summarize(episodes), flush=True)
+    if args.sequential or len(episodes) == 1:
+        print(summarize(episodes), flush=True)
+    else:
+        print(summarize(episodes, wall_seconds=wall, env_seconds=planner_env_s), flush=True)
     return 0

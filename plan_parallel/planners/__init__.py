@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from plan_parallel.planners.base import ManyPlanner, Meter, Planner, Rollouts, rollout
 from plan_parallel.planners.beam import BeamSearch
-from plan_parallel.planners.episode import Episode, run_episode
+from plan_parallel.planners.episode import Episode, run_episode, run_episodes
 from plan_parallel.planners.mcts import MCTS
 from plan_parallel.planners.shooting import RandomShooting
 
@@ -33,4 +33,5 @@ __all__ = [
     "Rollouts",
     "rollout",
     "run_episode",
+    "run_episodes",
 ]
