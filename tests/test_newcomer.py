@@ -5,8 +5,11 @@ what was expected and what was given, before anything is sent), or made to work.
 """
 from __future__ import annotations
 
+import configparser
 import inspect
+import os
 import pydoc
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -178,3 +181,28 @@ def test_an_action_outside_the_space_is_named_by_its_index_and_value(backend: st
         with pytest.raises(ValueError) as info:
             env.rollout_batch([state, state], actions=[[0, 1], [1, 5]])
         assert str(info.value) == "actions[1, 1] = 5 is outside Discrete(2)"
+
+
+@pytest.mark.timeout(240)
+def test_recording_on_a_headless_machine_prints_no_sdl_error(tmp_path: Path) -> None:
+    out = tmp_path / "cartpole.gif"
+    env = {k: v for k, v in os.environ.items() if k not in ("XDG_RUNTIME_DIR", "DISPLAY", "WAYLAND_DISPLAY",
+                                                             "SDL_VIDEODRIVER")}
+    code = "import sys; from plan_parallel.cli.main import main; sys.exit(main(sys.argv[1:]))"
+    done = subprocess.run([sys.executable, "-c", code, "plan", "CartPole-v1", "--backend", "inline", "--max-steps", "3",
+                           "--record", str(out)], capture_output=True, text=True, timeout=200, env=env, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert out.stat().st_size > 0 and "XDG_RUNTIME_DIR" not in done.stderr + done.stdout, done.stderr[-2000:]
+
+
+def test_an_extra_holds_the_simulators_without_ray_or_jupyter_and_each_extra_is_described() -> None:
+    cfg = configparser.ConfigParser()
+    setup = Path(pp.__file__).parents[1] / "setup.cfg"
+    cfg.read(setup)
+    extras = {name: {re.split(r"[<>=\[ ]", line)[0] for line in value.split()}
+              for name, value in cfg["options.extras_require"].items()}
+    assert {"ale-py", "mujoco", "box2d", "minigrid"} <= extras["envs"]
+    assert not extras["envs"] & {"ray", "jupyter", "matplotlib", "nbclient", "ipykernel"}
+    described = {m.group(1) for m in re.finditer(r"^#\s+([a-z0-9, ]+?)\s{2,}", setup.read_text(), re.M)}
+    described = {name.strip() for group in described for name in group.split(",")}
+    assert set(extras) <= described, set(extras) - described

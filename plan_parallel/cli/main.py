@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 
@@ -96,11 +97,21 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _frames_offscreen() -> None:
+    """Frames rendered only to a file (``--record``) with no display: SDL (pygame) gets its dummy video
+    driver, whose start prints nothing (its probe of a display printed ``error: XDG_RUNTIME_DIR is invalid
+    or not set``). The command's own process only; a driver the user chose stays."""
+    if not (os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")):
+        os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command; a user's mistake is one line on stderr and exit code 2, Ctrl-C exit code 130."""
     import gymnasium as gym
 
     args = build_parser().parse_args(argv)
+    if getattr(args, "record", None) is not None:
+        _frames_offscreen()
     try:
         return int(args.func(args))
     except (ValueError, gym.error.Error) as e:
