@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any, Literal, overload
 
 from plan_parallel.env.plan_env import PlanEnv
 from plan_parallel.factory import EnvFactory
+from plan_parallel.state.restore_probe import check_one_step
 from plan_parallel.workers.cores import check_pin_workers
 
 if TYPE_CHECKING:
@@ -23,21 +24,21 @@ BACKENDS = ("inline", "process", "ray")
 def make(env: str | Callable[..., Any], *, backend: Literal["inline"], n_workers: int | None = ...,
          timeout: float | None = ..., max_restarts: int = ..., context: str | None = ..., adapter: Any = ...,
          small_batch_inline: bool = ..., address: str | None = ..., worker_options: dict | list[dict] | None = ...,
-         pin_workers: bool | None = ..., **env_kwargs: Any) -> PlanEnv: ...
+         pin_workers: bool | None = ..., check: bool = ..., **env_kwargs: Any) -> PlanEnv: ...
 
 
 @overload
 def make(env: str | Callable[..., Any], *, backend: Literal["process", "ray"] = ..., n_workers: int | None = ...,
          timeout: float | None = ..., max_restarts: int = ..., context: str | None = ..., adapter: Any = ...,
          small_batch_inline: bool = ..., address: str | None = ..., worker_options: dict | list[dict] | None = ...,
-         pin_workers: bool | None = ..., **env_kwargs: Any) -> BatchEnv: ...
+         pin_workers: bool | None = ..., check: bool = ..., **env_kwargs: Any) -> BatchEnv: ...
 
 
 @overload
 def make(env: str | Callable[..., Any], *, backend: str = ..., n_workers: int | None = ...,
          timeout: float | None = ..., max_restarts: int = ..., context: str | None = ..., adapter: Any = ...,
          small_batch_inline: bool = ..., address: str | None = ..., worker_options: dict | list[dict] | None = ...,
-         pin_workers: bool | None = ..., **env_kwargs: Any) -> PlanEnv | BatchEnv: ...
+         pin_workers: bool | None = ..., check: bool = ..., **env_kwargs: Any) -> PlanEnv | BatchEnv: ...
 
 
 def make(
@@ -53,6 +54,7 @@ def make(
     address: str | None = None,
     worker_options: dict | list[dict] | None = None,
     pin_workers: bool | None = None,
+    check: bool = False,
     **env_kwargs: Any,
 ) -> PlanEnv | BatchEnv:
     """Build an env with the planning API: a :class:`PlanEnv` (inline) or a :class:`BatchEnv`.
@@ -85,13 +87,17 @@ def make(
             to place each worker on a given node.
         pin_workers: (process) keep worker i on the i-th core this process may use. None
             (default): pinned when the workers are as many as those cores (Linux).
+        check: before anything starts, build one env here and replay one step from a restored
+            state against the live step (a cheap check of your own env's ``get_state``;
+            :func:`plan_parallel.check_clonable` is the thorough one).
         **env_kwargs: passed to ``gymnasium.make`` (or to the callable).
 
     Raises:
         ValueError: unknown backend or bad worker options.
         TypeError: pin_workers not True, False or None; an env kwarg the env does not take
             (a misspelt option of ``make``: the message names the nearest one).
-        StateError: no adapter can capture the env's state exactly.
+        StateError: no adapter can capture the env's state exactly; with ``check``, the replayed
+            step differs (the message names the env's attributes the restore left behind).
     """
     if backend not in BACKENDS:
         raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
@@ -104,6 +110,10 @@ def make(
     check_pin_workers(pin_workers)  # on every backend, as the options above
     factory = EnvFactory(env, env_kwargs)
     check_env_kwargs(factory)
+    if check is not False:
+        if check is not True:
+            raise TypeError(f"check must be True or False, got {check!r}")
+        check_one_step(factory, adapter)
     if backend == "inline":
         return PlanEnv(factory, adapter=adapter)
     from plan_parallel.batch import BatchEnv

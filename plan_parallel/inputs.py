@@ -18,6 +18,7 @@ from plan_parallel.action_inputs import check_action_sequences
 from plan_parallel.errors import StateError
 from plan_parallel.state import State
 from plan_parallel.state.identity import kind_mismatch
+from plan_parallel.state.own_rng import SEEDS_REFUSED
 from plan_parallel.state.state_value import validate_each
 
 __all__ = ["MAX_DT", "RolloutRequest", "check_dt", "check_horizon", "check_kind", "check_policy", "check_rollout",
@@ -133,8 +134,7 @@ def check_seeds(seeds: Any, n: int | None, reseedable: bool = True) -> np.ndarra
     if arr.size and arr.min() < 0:
         raise ValueError(f"seeds must be None or integers >= 0 with shape {want}, got {seeds!r:.200}")
     if not reseedable:
-        raise StateError("per-item seeds need an env whose RNG can be reseeded; this env's state is an "
-                         "action-replay history, which re-derives its RNG from the reset seed")
+        raise StateError(SEEDS_REFUSED)
     return arr.astype(np.uint64)
 
 

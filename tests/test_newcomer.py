@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 import gymnasium as gym
+import numpy as np
 import psutil
 import pytest
 
@@ -206,3 +207,127 @@ def test_an_extra_holds_the_simulators_without_ray_or_jupyter_and_each_extra_is_
     described = {m.group(1) for m in re.finditer(r"^#\s+([a-z0-9, ]+?)\s{2,}", setup.read_text(), re.M)}
     described = {name.strip() for group in described for name in group.split(",")}
     assert set(extras) <= described, set(extras) - described
+
+
+# ---------------------------------------------------------------- point 1: per-item seeds that cannot act
+class Walk(gym.Env):
+    """A user's env with get_state/set_state, drawing its noise from ``self.np_random``."""
+
+    observation_space = gym.spaces.Box(-1e9, 1e9, (1,))
+    action_space = gym.spaces.Discrete(2)
+
+    def reset(self, seed: int | None = None, options: dict | None = None) -> tuple:
+        super().reset(seed=seed)
+        self.x, self.t = 0.0, 0
+        return np.array([self.x], dtype=np.float32), {}
+
+    def noise(self) -> float:
+        return float(self.np_random.normal())
+
+    def step(self, action: int) -> tuple:
+        self.x += (1.0 if action else -1.0) + self.noise() + 0.001 * self.t
+        self.t += 1
+        return np.array([self.x], dtype=np.float32), -abs(self.x), False, False, {}
+
+    def get_state(self) -> tuple:
+        return self.x, self.t
+
+    def set_state(self, state: tuple) -> None:
+        self.x, self.t = state
+
+
+class OwnRngWalk(Walk):
+    """Draws from a generator of its own, made in ``__init__`` and carried in its state."""
+
+    def __init__(self) -> None:
+        self.rng = np.random.default_rng(0)
+
+    def noise(self) -> float:
+        return float(self.rng.normal())
+
+    def get_state(self) -> tuple:
+        return self.x, self.t, self.rng.bit_generator.state
+
+    def set_state(self, state: tuple) -> None:
+        self.x, self.t = state[0], state[1]
+        self.rng = np.random.default_rng()
+        self.rng.bit_generator.state = state[2]
+
+
+class RngInResetWalk(OwnRngWalk):
+    """Makes its own generator in ``reset``: unseen when the env is bound, seen when a seed would act."""
+
+    def __init__(self) -> None:
+        pass
+
+    def reset(self, seed: int | None = None, options: dict | None = None) -> tuple:
+        self.rng = np.random.default_rng(seed)
+        return super().reset(seed=seed)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_seeds_act_on_an_env_drawing_from_np_random(backend: str) -> None:
+    with pp.make(Walk, backend=backend, n_workers=1, small_batch_inline=False) as env:
+        state = env.reset(seed=0)[0]
+        assert env.reseedable
+        got = env.step_batch([1] * 4, states=[state] * 4, seeds=[0, 1, 2, 3]).observations.ravel()
+        assert len(set(got.tolist())) == 4
+    assert pp.check_clonable(Walk, fresh_process=False).seeds == "reseed the env's np_random (the env holds no other generator)"
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_seeds_that_cannot_act_are_refused(backend: str) -> None:
+    from plan_parallel.state.own_rng import SEEDS_REFUSED
+
+    with pp.make(OwnRngWalk, backend=backend, n_workers=1, small_batch_inline=False) as env:
+        state = env.reset(seed=0)[0]
+        assert not env.reseedable
+        with pytest.raises(pp.StateError) as info:
+            env.step_batch([1] * 4, states=[state] * 4, seeds=[0, 1, 2, 3])
+        assert str(info.value) == SEEDS_REFUSED
+        with pytest.raises(pp.StateError, match="cannot act"):
+            env.rollout_batch([state] * 2, horizon=3, seeds=[0, 1])
+        assert env.step_batch([1] * 2, states=[state] * 2).observations.shape == (2, 1)  # no seeds: fine
+    with pp.make(RngInResetWalk, backend=backend, n_workers=1, small_batch_inline=False) as env:
+        state = env.reset(seed=0)[0]
+        with pytest.raises(pp.StateError) as info:
+            env.step_batch([1] * 4, states=[state] * 4, seeds=[0, 1, 2, 3])
+        assert str(info.value).startswith("a per-item seed cannot act on RngInResetWalk: it draws from a Generator of its own")
+    for cls in (OwnRngWalk, RngInResetWalk):
+        report = pp.check_clonable(cls, fresh_process=False)
+        assert report.ok and report.seeds.startswith(f"refused: a per-item seed cannot act on {cls.__name__}")
+        assert f"per-item seeds: {report.seeds}" in str(report)
+
+
+# ---------------------------------------------------------------- point 6: the field a state leaves out
+class ForgetfulWalk(Walk):
+    """Its get_state leaves out ``t``, which its step reads."""
+
+    def get_state(self) -> tuple:
+        return (self.x,)
+
+    def set_state(self, state: tuple) -> None:
+        (self.x,) = state
+
+
+def test_check_clonable_names_the_attribute_a_state_leaves_out() -> None:
+    report = pp.check_clonable(ForgetfulWalk, fresh_process=False)
+    assert not report.ok and report.left_behind == ["t"]
+    assert "likely missing: t: attributes of the env that a restore does not put back" in str(report)
+    assert pp.check_clonable(Walk, fresh_process=False).left_behind == []
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_make_checks_one_replayed_step_when_asked(backend: str) -> None:
+    before = {p.pid for p in psutil.Process().children(recursive=True)}
+    with pytest.raises(pp.StateError) as info:
+        pp.make(ForgetfulWalk, backend=backend, n_workers=1, check=True)
+    assert "the restore left ForgetfulWalk.t as the step had changed it" in str(info.value)
+    assert {p.pid for p in psutil.Process().children(recursive=True)} <= before
+    with pp.make(Walk, backend=backend, n_workers=1, check=True) as env:
+        assert env.reset(seed=0)[1].shape == (1,)
+    with pytest.raises(TypeError, match="check must be True or False, got 'yes'"):
+        pp.make(Walk, backend=backend, check="yes")

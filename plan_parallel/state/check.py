@@ -35,7 +35,9 @@ from typing import Any
 from plan_parallel.errors import StateError
 from plan_parallel.state.core import Adapter, State, bind
 from plan_parallel.state.families.replay import ActionReplayAdapter
+from plan_parallel.state.own_rng import seeds_note
 from plan_parallel.state.report import CheckResult, CloneReport
+from plan_parallel.state.restore_probe import attribute_snapshot, differing_attributes
 from plan_parallel.state.values import values_equal
 
 __all__ = ["CheckResult", "CloneReport", "check_clonable", "run_checks"]
@@ -165,37 +167,6 @@ def _time_limit(env: Any) -> Any:
     return None
 
 
-def _hint(report: CloneReport) -> str:
-    fail = report.first_failure
-    if fail is None:
-        return ""
-    by_name = {c.name: c for c in report.checks}
-    if fail.field == "state" and fail.detail:
-        parts = fail.detail.split(": ", 1)[-1]
-        if "rng" in parts:
-            return "the RNG (np_random or a simulator RNG) is not captured or not restored"
-        if "wrappers" in parts:
-            return "a wrapper's state (a counter, a buffer) is not captured"
-        return f"a simulator field ({parts}) is not captured or restored exactly"
-    if fail.name == "restore":
-        return "restoring does not put the simulator back: a field the step reads is not in the state"
-    if fail.name == "perturbed restore" and by_name.get("restore", fail).ok:
-        return (
-            "a hidden field survives restore: the perturbation changed something the state does not "
-            "hold (a counter, a previous action, a cached derived quantity)"
-        )
-    if fail.name.startswith("fresh process"):
-        return (
-            "something process-local: a global RNG, a module-level cache, or a C object the pickle "
-            "does not carry"
-        )
-    if fail.name == "time limit":
-        return "TimeLimit's elapsed-step counter is not captured"
-    if fail.name == "termination":
-        return "a termination counter or flag (e.g. steps_beyond_terminated) is not captured"
-    return ""
-
-
 def _siblings(runner: _Runner, state: State, actions: list) -> tuple[State, State]:
     """Unpickled copies of two states one step after ``state`` by different actions (as states arrive on a worker).
 
@@ -266,7 +237,7 @@ def run_checks(
         report.error = str(e)
     finally:
         runner.close()
-    report.hint = _hint(report)
+    report.hint = report.likely_missing()
     return report
 
 
@@ -285,9 +256,11 @@ def _run_protocol(
     space = runner.env.action_space
     report.kind = runner.adapter.kind
     runner.reset(seed)
+    report.seeds = seeds_note(runner.adapter)  # after a reset: a generator made there counts
     start, _, ended = runner.walk(_sample_actions(space, warmup, seed + 1))
     if ended:  # the warm-up ended the episode: start from the reset state
         start, _ = runner.reset(seed)
+    before = attribute_snapshot(runner.env.unwrapped)
     actions = _sample_actions(space, steps, seed + 2)
     truth = runner.replay(None, actions)
     report.checks.append(_compare("restore", truth, runner.replay(start, actions)))
@@ -295,6 +268,9 @@ def _run_protocol(
     runner.reset(seed + 1000)
     runner.walk(_sample_actions(space, 5, seed + 4))
     report.checks.append(_compare("perturbed restore", truth, runner.replay(start, actions)))
+    if not all(c.ok for c in report.checks):  # name what the restore leaves as the perturbation left it
+        runner.adapter.restore(start)
+        report.left_behind = differing_attributes(before, attribute_snapshot(runner.env.unwrapped))
     report.checks.append(_check_copies_one_step_each(factory, adapter, seed, actions))
 
     if fresh_process:

@@ -17,6 +17,7 @@ import numpy as np
 
 from plan_parallel.errors import StateError
 from plan_parallel.state.identity import configuration, kind_mismatch
+from plan_parallel.state.own_rng import own_generator_error
 from plan_parallel.state.state_value import State
 from plan_parallel.state.wrappers import WrapperStack, direct_step
 
@@ -76,13 +77,15 @@ class Adapter:
         includes_wrappers: True when the adapter's state already re-derives the
             wrappers' state (action replay), so no wrapper walk is done.
         reseedable: False when :meth:`reseed` cannot be represented in a state
-            (action replay re-derives the RNG from the reset seed).
+            (action replay re-derives the RNG from the reset seed). An instance is not
+            reseedable either when the base :meth:`reseed` cannot reach the env's randomness:
+            the env holds a generator of its own besides ``np_random``.
     """
 
     name: ClassVar[str] = "base"
     step_draws_rng: ClassVar[bool] = True
     includes_wrappers: ClassVar[bool] = False
-    reseedable: ClassVar[bool] = True
+    reseedable: bool = True
 
     def __init__(self, env: Any) -> None:
         self.env = env
@@ -92,6 +95,8 @@ class Adapter:
             "|" + ",".join(self.wrappers.names) if self.wrappers.names else ""
         ) + configuration(env)
         self._draws = self.step_draws_rng or self.wrappers.draws_rng  # a wrapper may draw (StickyAction)
+        if self.reseedable and type(self).reseed is Adapter.reseed and own_generator_error(self.u) is not None:
+            self.reseedable = False  # a seed could not act (see plan_parallel.state.own_rng)
         # The rng value the env's np_random is known to hold (identity-tracked), or None.
         self._rng_known: dict | None = None
         # A step that skips the observation and info, for the steps of a dt whose observation no one
@@ -247,9 +252,15 @@ class Adapter:
         (``PCG64(seed)``), so the same (state, action, seed) always samples the
         same outcome and different seeds sample independent ones. Called after
         :meth:`restore`; the next :meth:`capture` records the reseeded RNG.
-        Only ``np_random`` is reseeded: an env that draws from another
-        generator of its own (a user env's private RNG) is not affected.
+        Only ``np_random`` is reseeded.
+
+        Raises:
+            StateError: the env draws from a generator of its own (made after the env was
+                bound, e.g. in ``reset``), which the seed would not reach.
         """
+        why = own_generator_error(self.u)
+        if why is not None:
+            raise StateError(why)
         fresh = np.random.PCG64(seed)
         gen = getattr(self.u, "_np_random", None)
         if gen is not None and type(gen.bit_generator) is np.random.PCG64:
