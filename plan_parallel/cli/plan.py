@@ -27,7 +27,8 @@ _ANIMATION_SUFFIXES = (".gif", ".mp4")
 
 def add_plan_arguments(p: argparse.ArgumentParser) -> None:
     p.epilog = ("A planner option left unset takes the env's preset (CartPole-v1, Acrobot-v1,\n"
-                "MountainCar-v0, Pendulum-v1, ALE/Pong-v5), else the planner's default;\n"
+                "MountainCar-v0, Pendulum-v1, ALE/Pong-v5, ALE/Breakout-v5; the reason for each\n"
+                "value: plan_parallel.planners.presets.REASONS), else the planner's default;\n"
                 "the first line printed shows the values used.")
     p.add_argument("env", help="gymnasium env id, e.g. CartPole-v1, MountainCar-v0, ALE/Pong-v5")
     p.add_argument("--planner", choices=["mcts", "shooting", "beam"], default="mcts",
@@ -136,6 +137,9 @@ def summarize(episodes: Sequence[Any], wall_seconds: float | None = None, env_se
         )
     if any(ep.terminated and ep.truncated for ep in episodes):
         rows.append("term+trunc: the last step both ended the episode and reached the time limit (gymnasium says both)")
+    blind = _blind_searches(episodes)
+    if blind:
+        rows.append(blind)
     returns = [ep.episode_return for ep in episodes]
     wall = sum(ep.wall_seconds for ep in episodes) if wall_seconds is None else wall_seconds
     env_s = sum(ep.env_seconds for ep in episodes) if env_seconds is None else env_seconds
@@ -152,6 +156,18 @@ def summarize(episodes: Sequence[Any], wall_seconds: float | None = None, env_se
 
 def _ended(ep: Any, max_steps: int | None) -> bool:
     return bool(ep.terminated or ep.truncated or (max_steps is not None and ep.steps >= max_steps))
+
+
+def _blind_searches(episodes: Sequence[Any]) -> str:
+    """A line on the decisions whose search saw no reward at all (every simulation returned 0), or ''."""
+    shares = [s["zero_return_share"] for ep in episodes for s in ep.search if "zero_return_share" in s]
+    blind = sum(z == 1.0 for z in shares)
+    if not blind:
+        return ""
+    deepest = max((s.get("lookahead", 0) for ep in episodes for s in ep.search), default=0)
+    return (f"{blind} of {len(shares)} decisions ({blind / len(shares):.0%}) saw no reward in any rollout (mean share "
+            f"of zero-return rollouts {statistics.fmean(shares):.2f}, looking at most {deepest} env steps ahead): "
+            "such a search cannot tell the actions apart; a larger --depth or --dt looks further")
 
 
 def run_plan(args: argparse.Namespace) -> int:

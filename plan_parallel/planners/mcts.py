@@ -136,13 +136,14 @@ class MCTS(SearchPlanner):
         assert root is not None
         reused_visits = root.n
         sims = batches = max_depth = 0
+        seen = _Seen()
         while sims < self.budget:
             leaves, depth = self._select(tree, root, min(self.leaves_per_batch, self.budget - sims))
             max_depth = max(max_depth, depth)
-            yield from self._evaluate(tree, rng, leaves, n_actions, start)
+            yield from self._evaluate(tree, rng, leaves, n_actions, start, seen)
             sims += len(leaves)
             batches += 1
-        action = self._best(root)
+        action, tied = self._best(root, rng)
         tree.next_root = root.children[action] if self.reuse_tree else None
         visits = [c.n if c is not None else 0 for c in root.children]
         stats = {
@@ -154,6 +155,9 @@ class MCTS(SearchPlanner):
             "root_q": [self._q(c) if c is not None and c.n else float("nan") for c in root.children],
             "value": root.w / root.n if root.n else float("nan"),
             "max_depth": max_depth,
+            "lookahead": seen.lookahead,
+            "zero_return_share": seen.zeros / sims,
+            "tied": tied,
         }
         return start + action, stats
 
@@ -204,7 +208,7 @@ class MCTS(SearchPlanner):
 
     def _evaluate(
         self, tree: _Tree, rng: np.random.Generator, leaves: list[tuple[list[_Node], int | None]], n_actions: int,
-        start: int,
+        start: int, seen: _Seen,
     ) -> Search:
         """Expand the pending leaves with one step request, roll out the new nodes in one request, back up."""
         expand = [(path, a) for path, a in leaves if a is not None]
@@ -231,13 +235,17 @@ class MCTS(SearchPlanner):
                 actions = rng.integers(start, start + n_actions, size=(len(live), self.rollout_depth))
                 out = yield Request("rollout", [new[i].state for i in live], actions)
                 returns = discounted_returns(out.rewards, self.discount)
-                for i, g in zip(live, returns):
+                for i, g, n in zip(live, returns, out.n_steps):
                     values[expand_index[i]] = float(g)
+                    seen.lookahead = max(seen.lookahead, (len(expand[i][0]) - 2) * self.dt + int(n))
         for (path, _), g in zip(leaves, values):
-            self._backup(tree, path, g)
+            seen.zeros += self._backup(tree, path, g) == 0.0
 
-    def _backup(self, tree: _Tree, path: list[_Node], g: float) -> None:
-        """Add return ``g`` (from the last node of ``path`` on) to every node of the path; lift virtual loss."""
+    def _backup(self, tree: _Tree, path: list[_Node], g: float) -> float:
+        """Add return ``g`` (from the last node of ``path`` on) to every node of the path; lift virtual loss.
+
+        Returns the simulation's return from the root.
+        """
         for i in range(len(path) - 1, -1, -1):
             node = path[i]
             node.vl -= 1
@@ -245,18 +253,33 @@ class MCTS(SearchPlanner):
             node.w += g
             if i:
                 tree.see(self._q(node))
-            g = node.reward + self.discount * g
+                g = node.reward + self.discount * g
+        return g
 
-    def _best(self, root: _Node) -> int:
-        """The most visited root action; ties go to the higher Q, then the lower index."""
-        best, key = 0, (-1, -math.inf)
-        for a, child in enumerate(root.children):
-            if child is None or child.n == 0:
-                continue
-            k = (child.n, self._q(child))
-            if k > key:
-                best, key = a, k
-        return best
+    def _best(self, root: _Node, rng: np.random.Generator) -> tuple[int, int]:
+        """The most visited root action, ties to the higher Q, then drawn at random; and how many tied.
+
+        A random draw, not the lowest index: when no simulation saw a reward (every Q
+        equal), the lowest index would play the same action forever (e.g. NOOP in
+        Breakout, never launching the ball); the draw comes from the root's seeded RNG,
+        only when there is a tie.
+        """
+        keys = {a: (c.n, self._q(c)) for a, c in enumerate(root.children) if c is not None and c.n}
+        if not keys:
+            return 0, 0
+        top = max(keys.values())
+        tied = [a for a, k in keys.items() if k == top]
+        return (tied[0] if len(tied) == 1 else int(tied[rng.integers(len(tied))])), len(tied)
+
+
+class _Seen:
+    """What one decision's simulations saw: how many returned 0, and the farthest env step ahead of the root."""
+
+    __slots__ = ("lookahead", "zeros")
+
+    def __init__(self) -> None:
+        self.zeros = 0
+        self.lookahead = 0
 
 
 def _order(rng: np.random.Generator, n_actions: int) -> list[int]:

@@ -104,13 +104,13 @@ class RandomShooting(SearchPlanner):
         return lambda lane, state: self._search(lane, state, sampler)
 
     def _search(self, lane: Lane[_Warm], state: State, sampler: _Sampler) -> Search:
-        """One root's decision; ``last_stats`` keys: sequences, best and mean return."""
+        """One root's decision; ``last_stats`` keys: sequences, best and mean return, zero_return_share, lookahead, tied."""
         memory, rng = lane.memory, lane.rng
         warm = self.warm_start and memory.plan is not None and memory.plan.shape[1:] == sampler.shape
         dist = sampler.shift(memory.dist) if warm and memory.dist is not None else sampler.initial()
         per_round = self.budget // self.iterations
         n_elite = max(1, round(self.elite_frac * per_round))
-        best_seq, best_ret, all_seqs, all_returns = None, -math.inf, [], []
+        best_seq, best_ret, all_seqs, all_returns, lookahead = None, -math.inf, [], [], 0
         for it in range(self.iterations):
             n = per_round if it < self.iterations - 1 else self.budget - per_round * it
             uniform = it == 0 and not warm
@@ -119,6 +119,7 @@ class RandomShooting(SearchPlanner):
                 seqs[0, :-1] = memory.plan[1:]  # type: ignore[index]  # the previous best plan, shifted
             out = yield Request("rollout", [state] * n, sampler.encode(seqs))
             returns = discounted_returns(out.rewards, self.discount)
+            lookahead = max(lookahead, int(out.n_steps.max()))
             all_seqs.append(seqs)
             all_returns.append(returns)
             i = int(np.argmax(returns))  # first index among ties
@@ -130,8 +131,15 @@ class RandomShooting(SearchPlanner):
         assert best_seq is not None
         memory.plan, memory.dist = best_seq, dist
         returns = np.concatenate(all_returns)
-        first = sampler.choose(np.concatenate(all_seqs), returns, best_seq)
-        stats = {"sequences": int(returns.size), "best_return": best_ret, "mean_return": float(returns.mean())}
+        first, tied = sampler.choose(np.concatenate(all_seqs), returns, best_seq, rng)
+        stats = {
+            "sequences": int(returns.size),
+            "best_return": best_ret,
+            "mean_return": float(returns.mean()),
+            "zero_return_share": float(np.mean(returns == 0.0)),
+            "lookahead": lookahead,
+            "tied": tied,
+        }
         return sampler.decode(first), stats
 
 
@@ -156,7 +164,9 @@ class _Sampler(Protocol):
     def shift(self, dist: tuple[np.ndarray, ...]) -> tuple[np.ndarray, ...]: ...
     def encode(self, seqs: np.ndarray) -> np.ndarray: ...
     def decode(self, action: np.ndarray) -> Any: ...
-    def choose(self, seqs: np.ndarray, returns: np.ndarray, best: np.ndarray) -> np.ndarray: ...
+    def choose(
+        self, seqs: np.ndarray, returns: np.ndarray, best: np.ndarray, rng: np.random.Generator
+    ) -> tuple[np.ndarray, int]: ...
 
 
 class _Categorical:
@@ -190,16 +200,18 @@ class _Categorical:
     def decode(self, action: np.ndarray) -> int:
         return self.start + int(action)
 
-    def choose(self, seqs: np.ndarray, returns: np.ndarray, best: np.ndarray) -> np.ndarray:
-        """The first action with the best return; ties (common when many sequences hit the
-        horizon unharmed) go to the higher mean return of the sequences starting with it."""
-        key = (-math.inf, -math.inf)
-        choice = best[0]
-        for a in range(self.n):
-            r = returns[seqs[:, 0] == a]
-            if r.size and (float(r.max()), float(r.mean())) > key:
-                key, choice = (float(r.max()), float(r.mean())), a
-        return np.asarray(choice)
+    def choose(
+        self, seqs: np.ndarray, returns: np.ndarray, best: np.ndarray, rng: np.random.Generator
+    ) -> tuple[np.ndarray, int]:
+        """The first action with the best return, and how many tied for it. Ties (common when many
+        sequences hit the horizon unharmed) go to the higher mean return of the sequences starting
+        with it, then to a draw from ``rng`` (the lowest index would repeat one action whenever no
+        sequence found a reward, e.g. never FIRE in Breakout)."""
+        keys = {a: (float(r.max()), float(r.mean())) for a in range(self.n) if (r := returns[seqs[:, 0] == a]).size}
+        top = max(keys.values())
+        tied = [a for a, k in keys.items() if k == top]
+        choice = tied[0] if len(tied) == 1 else tied[int(rng.integers(len(tied)))]
+        return np.asarray(choice), len(tied)
 
 
 class _Gaussian:
@@ -246,6 +258,8 @@ class _Gaussian:
     def decode(self, action: np.ndarray) -> np.ndarray:
         return np.asarray(action, dtype=self.space.dtype)
 
-    def choose(self, seqs: np.ndarray, returns: np.ndarray, best: np.ndarray) -> np.ndarray:
-        """The first action of the best sequence."""
-        return best[0]
+    def choose(
+        self, seqs: np.ndarray, returns: np.ndarray, best: np.ndarray, rng: np.random.Generator
+    ) -> tuple[np.ndarray, int]:
+        """The first action of the best sequence (continuous actions: no ties to break)."""
+        return best[0], 1
