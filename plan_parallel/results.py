@@ -9,8 +9,10 @@ from gymnasium import spaces
 
 from plan_parallel.state import State
 from plan_parallel.state.state_batch import StateBatch
+from plan_parallel.state.state_value import freeze
 
-__all__ = ["RolloutBatch", "StepBatch", "share_observations", "stack_observations", "step_batch_of"]
+__all__ = ["RolloutBatch", "StepBatch", "share_observations", "stack_observations", "step_batch_of",
+           "writable_observation"]
 
 
 class StepBatch(NamedTuple):
@@ -75,21 +77,32 @@ class RolloutBatch(NamedTuple):
     all_observations: Any = None
 
 
+def writable_observation(obs: Any) -> Any:
+    """A copy of ``obs`` the caller may change, as gymnasium's ``reset`` and ``step`` return (a state's own
+    observation is read-only): its arrays copied, inside dicts and tuples too."""
+    if isinstance(obs, np.ndarray):
+        return obs.copy()
+    if isinstance(obs, dict):
+        return {k: writable_observation(v) for k, v in obs.items()}
+    if isinstance(obs, tuple):
+        return tuple(writable_observation(v) for v in obs)
+    return obs
+
+
 def share_observations(space: spaces.Space, states: Sequence[State], obs: Any) -> Any:
-    """The batch's observations, made the states' own: read-only rows of one array.
+    """The batch's observations, read-only (every array in them), made the states' own: rows of one array.
 
     When ``obs`` stacks the states' observations without a change of dtype
-    (the env returns what its space says), each state's ``obs`` becomes its row
-    and the array is made read-only, so neither can change under the other.
-    Otherwise (Dict/Tuple spaces, an env whose dtype differs from its space's)
-    the states keep the observations they have.
+    (the env returns what its space says), each state's ``obs`` becomes its row,
+    so neither can change under the other. Otherwise (Dict/Tuple spaces, an env
+    whose dtype differs from its space's) the states keep the observations they have.
     """
+    freeze(obs)
     if not isinstance(obs, np.ndarray) or len(obs) != len(states) or not states:
         return obs
     first = states[0].obs
     if not isinstance(first, np.ndarray) or first.dtype != obs.dtype or first.shape != obs.shape[1:]:
         return obs
-    obs.flags.writeable = False
     for s, row in zip(states, obs):
         s.obs = row
     return obs

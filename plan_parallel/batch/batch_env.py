@@ -31,7 +31,7 @@ from plan_parallel.env.loops import UniformPolicy
 from plan_parallel.env.plan_env import PlanEnv
 from plan_parallel.errors import ClosedError, StateError
 from plan_parallel.inputs import check_dt, check_kind, check_seed
-from plan_parallel.results import RolloutBatch, StepBatch, stack_observations, step_batch_of
+from plan_parallel.results import RolloutBatch, StepBatch, step_batch_of, writable_observation
 from plan_parallel.state import State, StateBatch
 from plan_parallel.wire.codec import Job
 from plan_parallel.wire.messages import Op
@@ -203,6 +203,9 @@ class BatchEnv:
     def reset(self, seed: int | None = None, options: dict | None = None) -> tuple[State, Any, dict]:
         """Reset (on worker 0) and make the new state current.
 
+        Without a seed, the reset goes on from the current state (sent with the call), as
+        :meth:`PlanEnv.reset` does.
+
         Raises:
             TypeError: bad seed or options. The env's own error if its reset raises.
         """
@@ -210,10 +213,12 @@ class BatchEnv:
         seed = check_seed(seed)
         if options is not None and not isinstance(options, dict):
             raise TypeError(f"options must be a dict or None, got {type(options).__name__}")
-        state, obs, info = self._pool.call(0, Op.RESET, (seed, options))
+        # Without a seed, the current state goes with the call (a replacement of worker 0 replays it too).
+        current = dumps(self._state) if seed is None and self._state is not None else None
+        state, obs, info = self._pool.call(0, Op.RESET, (seed, options, current))
         self._pool.slots[0].held = state
         self._set_current(state)
-        return state, obs, info
+        return state, writable_observation(obs), info
 
     def set_state(self, state: State) -> None:
         """Make ``state`` current (sent to workers lazily, when a batch starts from it).
@@ -262,8 +267,7 @@ class BatchEnv:
         b = self._wait(self._placement.submit(Job(1, actions, [start], dt, None, index_errors=False), True))
         s = b.states[0]
         self._set_current(s)
-        obs = s.obs.copy() if isinstance(s.obs, np.ndarray) else s.obs
-        return s, obs, float(b.rewards[0]), bool(b.terminations[0]), bool(b.truncations[0]), b.infos[0]
+        return s, writable_observation(s.obs), float(b.rewards[0]), bool(b.terminations[0]), bool(b.truncations[0]), b.infos[0]
 
     def step_batch(
         self, actions: Any, states: Sequence[State] | None = None, dt: Any = 1, *, seeds: Any = None
@@ -305,10 +309,7 @@ class BatchEnv:
         job = step_job(self.action_space, self.kind, self.reseedable, self._current, actions, states, dt, seeds)
         if job.n == 0:
             self.stats["batches"] += 1
-            empty = np.empty(0)
-            return BatchFuture.completed(0, StepBatch(
-                [], stack_observations(self.observation_space, []), empty.astype(np.float64), empty.astype(bool),
-                empty.astype(bool), []))
+            return BatchFuture.completed(0, step_batch_of(self.observation_space, ([], [], [], [], [], [])))
         return self._placement.submit(job, waited_in_full, decided, started)
 
     def place_step(self, n: int) -> Decision:

@@ -25,6 +25,7 @@ from plan_parallel.env.item_rng import item_rng
 from plan_parallel.errors import mark_failed_item
 from plan_parallel.results import RolloutBatch, stack_observations
 from plan_parallel.state import Adapter, State, StateBatch
+from plan_parallel.state.state_value import freeze
 
 __all__ = ["RolloutParts", "UniformPolicy", "act_into", "run_items", "run_rollouts", "step_each", "to_rollout_batch"]
 
@@ -319,15 +320,16 @@ def to_rollout_batch(observation_space: spaces.Space, parts: RolloutParts, obser
     """Stack :class:`RolloutParts` (of every chunk, concatenated in input order) into a :class:`RolloutBatch`.
 
     ``observations``: the final observations already stacked (their rows are the states' own), or None.
+    The observations are read-only, as a :class:`StepBatch`'s.
     """
     n, horizon = parts.rewards.shape
     all_obs = None
     if parts.all_observations is not None:
         flat = [o for row in parts.all_observations for o in row]
-        all_obs = _split_leading(stack_observations(observation_space, flat), n, horizon)
+        all_obs = freeze(_split_leading(stack_observations(observation_space, flat), n, horizon))
     return RolloutBatch(
         StateBatch.of(parts.states),
-        stack_observations(observation_space, parts.observations) if observations is None else observations,
+        freeze(stack_observations(observation_space, parts.observations) if observations is None else observations),
         parts.rewards,
         np.array(parts.terminations, dtype=bool),
         np.array(parts.truncations, dtype=bool),

@@ -15,7 +15,7 @@ from plan_parallel.action_inputs import check_action, check_actions
 from plan_parallel.env.loops import Policy, RolloutParts, UniformPolicy, act_into, run_items, run_rollouts, to_rollout_batch
 from plan_parallel.errors import ClosedError, StateError
 from plan_parallel.inputs import check_dt, check_rollout, check_seed, check_seeds, check_states
-from plan_parallel.results import RolloutBatch, StepBatch, step_batch_of
+from plan_parallel.results import RolloutBatch, StepBatch, step_batch_of, writable_observation
 from plan_parallel.state import Adapter, State, bind
 from plan_parallel.state.state_value import validate_each
 
@@ -120,6 +120,9 @@ class PlanEnv:
     def reset(self, seed: int | None = None, options: dict | None = None) -> tuple[State, Any, dict]:
         """Reset the env. Returns ``(state, obs, info)``; the state becomes current.
 
+        Without a seed, the reset goes on from the current state (its RNG, and whatever
+        else outlives a reset), as a gymnasium env goes on from where it is.
+
         Raises:
             TypeError: ``seed`` is not None or an int >= 0.
             ClosedError: the env was closed.
@@ -128,11 +131,13 @@ class PlanEnv:
         seed = check_seed(seed)
         if options is not None and not isinstance(options, dict):
             raise TypeError(f"options must be a dict or None, got {type(options).__name__}")
+        if seed is None and self._state is not None and not self._live_is_current and self._held is not self._state:
+            self._adapter.restore(self._state)  # a reset without a seed goes on from the current state's RNG
         self._held = None
         obs, info = self._adapter.reset(seed, options)
         self._state = self._held = self._adapter.capture(None, obs)
         self._live_is_current = True
-        return self._state, obs, info
+        return self._state, writable_observation(obs), info
 
     def step(self, action: Any, state: State | None = None, dt: int = 1) -> tuple:
         """Advance the current state (or ``state``, when given) by ``action`` repeated ``dt`` times.
@@ -156,7 +161,7 @@ class PlanEnv:
         s = batch[0][0]
         self._state = s
         self._live_is_current = True
-        return s, batch[1][0], batch[2][0], batch[3][0], batch[4][0], batch[5][0]
+        return s, writable_observation(batch[1][0]), batch[2][0], batch[3][0], batch[4][0], batch[5][0]
 
     def _timed(self, n: int, loop: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """Run ``loop(adapter, step, *args, **kwargs)`` over ``n`` items, counting it in :attr:`stats`.

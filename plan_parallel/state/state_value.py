@@ -17,7 +17,34 @@ from plan_parallel.errors import StateError, mark_failed_item
 from plan_parallel.state.sim_blobs import sim_blobs
 from plan_parallel.state.values import value_digest, values_equal
 
-__all__ = ["MAX_TOKENS", "State", "checked_by", "mark_checked", "validate_each"]
+__all__ = ["MAX_TOKENS", "State", "checked_by", "freeze", "mark_checked", "validate_each"]
+
+_ATOMS = frozenset({int, float, bool, str, bytes, type(None)})
+
+
+def freeze(value: Any) -> Any:
+    """Make every ndarray in ``value`` read-only: ``value`` itself, or one nested in its tuples, lists and
+    dict values (a PCG64 bit-generator state holds Python ints only: not walked). Returns ``value``.
+
+    Only the array objects a state holds are marked: an array viewed by them elsewhere keeps its flags.
+    """
+    t = type(value)
+    if t is np.ndarray:
+        if value.flags.writeable:
+            value.setflags(write=False)
+    elif t in _ATOMS:
+        pass
+    elif t is tuple or t is list:
+        for v in value:
+            if type(v) not in _ATOMS:
+                freeze(v)
+    elif t is dict:
+        if value.get("bit_generator") != "PCG64":
+            for v in value.values():
+                freeze(v)
+    elif isinstance(value, np.ndarray):
+        value.setflags(write=False)
+    return value
 
 
 class State:
@@ -35,17 +62,24 @@ class State:
         rng: the env's ``np_random`` bit-generator state (a dict), or None.
         wrappers: one entry per stateful wrapper on the stack, outermost first.
         obs: the observation the env returned at this state (None if unknown).
-            It is kept so that a restored env can report its observation; treat
-            it as read-only.
+            It is kept so that a restored env can report its observation.
         held_by: the library's own record of the process workers holding this state (see
             :mod:`plan_parallel.wire.held`); not part of its value: never compared, pickled or copied.
 
     States compare equal when every field is bitwise equal, and hash by
-    :meth:`key`. They are values: nothing in the library mutates a state after
-    creating it (a state changed in place would keep its old key).
+    :meth:`key`. They are values: every array a state holds (in ``sim``, ``extra``,
+    ``rng``, ``wrappers`` and ``obs``) is read-only from the state's creation on
+    (:func:`freeze`), so no backend can step a state other than the one the caller
+    holds. To change a state, build a new one from copies::
+
+        sim = state.sim.copy(); sim[2] += 0.05
+        edited = State(state.kind, sim, state.extra, state.rng, state.wrappers, state.obs)
+
+    The dicts, lists and other objects a state holds are values too: replace them, never edit them
+    in place (a worker that holds the state would keep the old value).
     """
 
-    __slots__ = ("_blob", "_checked", "_key", "_sim", "extra", "held_by", "kind", "obs", "rng", "wrappers")
+    __slots__ = ("_blob", "_checked", "_key", "_obs", "_sim", "extra", "held_by", "kind", "rng", "wrappers")
 
     def __init__(
         self,
@@ -61,10 +95,11 @@ class State:
         self._blob: bytes | None = None
         self._checked: Any = None  # the token(s) of the checks it passed, or of the envs that made it (validate_each)
         self.held_by: Any = None  # the workers' tables holding it: {table id: its key and fields}, or SENT_ONCE (wire.held)
-        self.extra = extra
-        self.rng = rng
-        self.wrappers = wrappers
-        self.obs = obs
+        self.extra = freeze(extra)
+        self.rng = freeze(rng)
+        self.wrappers = freeze(wrappers)
+        self._obs = freeze(obs)
+        freeze(sim)
 
     @classmethod
     def captured(cls, kind: str, sim: Any, extra: Any, rng: dict | None, wrappers: tuple, obs: Any,
@@ -72,8 +107,8 @@ class State:
         """A state an adapter has just captured from its env: it restores that env by construction, so
         :func:`validate_each` with the adapter's ``checker`` token does not check it."""
         s = cls.__new__(cls)
-        s.kind, s._sim, s._blob, s._checked, s.held_by = kind, sim, None, checker, None
-        s.extra, s.rng, s.wrappers, s.obs = extra, rng, wrappers, obs
+        s.kind, s._sim, s._blob, s._checked, s.held_by = kind, freeze(sim), None, checker, None
+        s.extra, s.rng, s.wrappers, s._obs = freeze(extra), freeze(rng), freeze(wrappers), freeze(obs)
         return s
 
     @classmethod
@@ -87,7 +122,7 @@ class State:
         """
         s = cls.__new__(cls)
         s.kind, s._sim, s._blob, s._checked, s.held_by = kind, _UNDECODED, blob, checker, None
-        s.extra, s.rng, s.wrappers, s.obs = extra, rng, wrappers, obs
+        s.extra, s.rng, s.wrappers, s._obs = freeze(extra), freeze(rng), freeze(wrappers), freeze(obs)
         return s
 
     @property
@@ -97,15 +132,26 @@ class State:
         if sim is _UNDECODED:
             codec = sim_blobs(self.kind)
             assert codec is not None and self._blob is not None, "only a family with a bytes form makes such a state"
-            sim = self._sim = codec.from_bytes(self._blob)
+            sim = self._sim = freeze(codec.from_bytes(self._blob))
         return sim
 
     @sim.setter
     def sim(self, value: Any) -> None:
-        self._sim = value
+        self._sim = freeze(value)
+        if hasattr(self, "_key"):
+            del self._key  # digested again from the new value
         self._blob = None
         self._checked = None  # a new value is checked again
         self.held_by = None  # and sent again
+
+    @property
+    def obs(self) -> Any:
+        """The observation the env returned at this state (see the class docstring); read-only."""
+        return self._obs
+
+    @obs.setter
+    def obs(self, value: Any) -> None:
+        self._obs = freeze(value)  # the same observation, as a row of its batch's array, say
 
     @property
     def wire_sim(self) -> Any:

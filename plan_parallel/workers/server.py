@@ -97,7 +97,10 @@ class Server:
         return s
 
     # --- ops -------------------------------------------------------------------
-    def reset(self, seed: Any, options: Any) -> tuple:
+    def reset(self, seed: Any, options: Any, current: bytes | None) -> tuple:
+        """Reset the env; ``current``: the caller's current state (pickled), restored first."""
+        if current is not None:
+            self.env.set_state(pickle.loads(current))
         return self.env.reset(seed, options)
 
     def set_state(self, blob: bytes) -> None:

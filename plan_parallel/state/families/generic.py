@@ -22,7 +22,8 @@ class UserMethodsAdapter(Adapter):
 
     Whatever ``get_state`` returns is the simulator part; the env's RNG and the
     wrapper stack are captured as for every family. ``get_state`` must return a
-    value the env will not mutate later (a copy).
+    value the env will not mutate later (a copy), and ``set_state`` gets the state's
+    read-only arrays: it copies in any array the env will write into.
     """
 
     name = "user"

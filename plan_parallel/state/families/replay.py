@@ -1,8 +1,10 @@
 """Action replay: the state of a simulator that cannot be read or written (Box2D), as its history.
 
 A state is the reset seed, the reset options and every action since
-(:class:`ActionLog`). Restoring replays them: a reset plus one step per action,
-O(depth). Two things keep that cheap and exact:
+(:class:`ActionLog`), where a reset without a seed is one more entry of the
+history (:class:`SeedlessReset`): gymnasium's env goes on from its RNG and its
+world there, and so does the replay. Restoring replays them: a reset plus one
+step (or seedless reset) per entry, O(depth). Two things keep that cheap and exact:
 
 - an env extends the history it holds when the target continues it (histories
   are compared by a chained digest, so a copy from another process is recognised);
@@ -23,9 +25,16 @@ import numpy as np
 from plan_parallel.errors import StateError
 from plan_parallel.state.core import Adapter, State, register_adapter
 
-__all__ = ["HELD_HISTORIES", "ActionLog", "ActionReplayAdapter"]
+__all__ = ["HELD_HISTORIES", "ActionLog", "ActionReplayAdapter", "SeedlessReset"]
 
 HELD_HISTORIES = 8  # envs an adapter with a factory keeps, each holding one history
+
+
+@dataclass(frozen=True)
+class SeedlessReset:
+    """An entry of a history that is not an action: ``env.reset(options=options)`` without a seed."""
+
+    options: dict | None = None
 
 
 class ActionLog:
@@ -177,10 +186,15 @@ class ActionReplayAdapter(Adapter):
         self._held = HeldHistory(self._bound_env)
 
     def reset(self, seed: int | None, options: dict | None) -> tuple[Any, dict]:
+        h = self._held
+        if seed is None and h.seed is not None:  # on from the history the env holds, in the same world
+            out = h.env.reset(options=options)
+            h.log = ActionLog(h.log, SeedlessReset(options))
+            return out
         if seed is None:
             gen = getattr(self.u, "_np_random", None)
-            # Derived from the env's RNG when it has one, so an unseeded reset after a
-            # seeded one stays reproducible.
+            # A first reset without a seed: derived from the env's RNG when it has one
+            # (seeded by the user), so that it stays reproducible.
             seed = int(gen.integers(2**31)) if gen is not None else secrets.randbits(31)
         return self._reset_as_new(int(seed), options)
 
@@ -238,9 +252,12 @@ class ActionReplayAdapter(Adapter):
                 tail.append(node.action)
                 node = node.parent
             tail.reverse()
-        step = h.env.step
+        step, reset = h.env.step, h.env.reset
         for a in tail:
-            step(a)
+            if type(a) is SeedlessReset:
+                reset(options=a.options)
+            else:
+                step(a)
         h.log = log
 
     def _switch(self, seed: int, options: dict | None, log: ActionLog | None, steps: int | None) -> None:
