@@ -151,8 +151,10 @@ class VectorAttrs:
           moves, keeping its state, to the recipe group of its env with that
           setting, made if needed (its own workers: see
           :mod:`plan_parallel.vector.groups`); groups left without a sub-env close;
-        - a name the env does not have: created, kept per sub-env in this process
-          (the env's code does not read it).
+        - a name the env does not have: where ``set_wrapper_attr`` puts it. On an env
+          without wrappers that is the env itself, whose code may read it: then as
+          above (in the state, or a setting outside it). On a wrapped env it is the
+          outermost wrapper, which no env code reads: kept per sub-env in this process.
 
         Raises:
             ValueError: wrong number of values, or a setting that changes the env's spaces.
@@ -171,7 +173,8 @@ class VectorAttrs:
         new_states: list[tuple[int, State]] = []
         moves: dict[int, tuple[str, Any]] = {}
         for i, value in zip(ids, values):
-            if name in self._created or not has_attr(self._recipes.of(i).local.gym_env, name):
+            env = self._recipes.of(i).local.gym_env
+            if name in self._created or (env is not env.unwrapped and not has_attr(env, name)):
                 created.append((i, value))
                 continue
             in_state, state = self._try_in_state(i, name, value)
@@ -210,15 +213,20 @@ class VectorAttrs:
             probe = state
         local.set_state(probe)
         group.local_used = True
-        old = local.gym_env.get_wrapper_attr(name)
-        if same_value(old, value):
+        env = local.gym_env
+        had = has_attr(env, name)  # if not, the env is unwrapped (set_attr): set_wrapper_attr puts it on the env
+        old = env.get_wrapper_attr(name) if had else None
+        if had and same_value(old, value):
             return True, None
-        local.gym_env.set_wrapper_attr(name, value)
-        s = get_state(local.gym_env)
+        env.set_wrapper_attr(name, value)
+        s = get_state(env)
         new = State(s.kind, s.sim, s.extra, s.rng, s.wrappers, probe.obs)
-        local.gym_env.set_wrapper_attr(name, old)  # is the value in the state, or only on this env?
+        if had:  # is the value in the state, or only on this env?
+            env.set_wrapper_attr(name, old)
+        else:
+            delattr(env, name)
         local.set_state(new)
-        if not same_value(local.gym_env.get_wrapper_attr(name), value):
+        if not (has_attr(env, name) and same_value(env.get_wrapper_attr(name), value)):
             local.set_state(probe)
             return False, None
         if state is None:

@@ -44,8 +44,11 @@ from plan_parallel.results import StepBatch, step_batch_of
 from plan_parallel.state import State
 from plan_parallel.vector.inputs import is_array_space
 
-__all__ = ["Done", "GatheredStep", "Group", "Recipe", "RecipeGroups", "close_each", "render_collection", "same_overrides",
-           "same_value", "wait_done"]
+__all__ = ["ABSENT", "Done", "GatheredStep", "Group", "Recipe", "RecipeGroups", "close_each", "render_collection",
+           "same_overrides", "same_value", "wait_done"]
+
+
+ABSENT = object()  # RecipeGroups.default of an attribute a new env does not have
 
 
 def same_value(a: Any, b: Any) -> bool:
@@ -330,12 +333,15 @@ class RecipeGroups:
         return states
 
     def default(self, base: int, name: str) -> Any:
-        """Attribute ``name`` of an env freshly built from ``base``'s source (read once, then remembered)."""
+        """Attribute ``name`` of an env freshly built from ``base``'s source (read once, then remembered);
+        :data:`ABSENT` when it has none."""
         key = (base, name)
         if key not in self.defaults:
             env = EnvFactory(self.sources[base], self.env_kwargs)()
             try:
                 self.defaults[key] = env.get_wrapper_attr(name)
+            except AttributeError:
+                self.defaults[key] = ABSENT
             finally:
                 env.close()
         return self.defaults[key]

@@ -27,7 +27,7 @@ from gymnasium import spaces
 from gymnasium.utils.env_checker import data_equivalence
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
-from tests.conformance.envs import CountEnv, CustomSpaceEnv, FinalObsEnv, SpaceSampleEnv, StringSpace
+from tests.conformance.envs import CountEnv, CustomSpaceEnv, FinalObsEnv, SpaceSampleEnv, StringSpace, UnsetCountEnv
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -276,6 +276,27 @@ def count_envs(make_pp: Any, mode: AutoresetMode) -> Any:
     assert np.all(obs == [0, 0, 0]) and info == {}
     envs.set_attr("max_count", [2, 3, 3])
     return envs
+
+
+@pytest.mark.parametrize("mode", [AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP, AutoresetMode.DISABLED])
+def test_autoreset_mode_in_upstreams_order(make_pp: Any, mode: AutoresetMode) -> None:
+    """Follows gymnasium tests/vector/test_autoreset_mode.py in its own order: ``set_attr("max_count", ...)``
+    before the first reset, on envs that do not have the attribute (which their step reads). It lands on each
+    sub-env's env, as SyncVectorEnv's ``set_wrapper_attr`` puts it; before, make_vec kept it beside the env and
+    the first step raised AttributeError. Compared with SyncVectorEnv step by step (DISABLED resets the ended
+    sub-envs by mask, as upstream)."""
+    envs = make_pp(UnsetCountEnv, 3, autoreset_mode=mode)
+    ref = SyncVectorEnv([UnsetCountEnv for _ in range(3)], autoreset_mode=mode)
+    envs.set_attr("max_count", [2, 3, 3])
+    ref.set_attr("max_count", [2, 3, 3])
+    assert data_equivalence(envs.reset(), ref.reset())
+    for _ in range(5):
+        got, want = envs.step([1, 2, 3]), ref.step([1, 2, 3])
+        assert data_equivalence(got, want), (got, want)
+        if mode == AutoresetMode.DISABLED and want[2].any():
+            mask = {"reset_mask": want[2].copy()}
+            assert data_equivalence(envs.reset(options=dict(mask)), ref.reset(options=dict(mask)))
+    ref.close()
 
 
 def expect(out: tuple, obs: list, rewards: list, terms: list, info: dict | None = None) -> None:
