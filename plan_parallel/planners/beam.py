@@ -13,6 +13,7 @@ action of the best one). Given a seed, the search is identical on every backend.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -55,7 +56,7 @@ class BeamSearch(SearchPlanner):
         """Nothing: each decision searches from scratch."""
         return None
 
-    def searcher(self, env: Any) -> Any:
+    def searcher(self, env: Any) -> Callable[[Lane[Any], State], Search]:
         """The search of one root on ``env``: the first action of the best plan of at most ``depth`` actions.
 
         Raises:

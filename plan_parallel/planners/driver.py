@@ -18,6 +18,7 @@ of ``plan_many`` decide as ``plan`` of a planner reset with ``seed + k``.
 """
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Generator, Iterator, Sequence
 from typing import Any, Generic, Literal, NamedTuple, TypeVar
 
@@ -214,7 +215,7 @@ def check_roots(states: Any, roots: Any) -> list[int]:
     return out
 
 
-class SearchPlanner:
+class SearchPlanner(ABC):
     """``plan``, ``plan_many`` and ``reset`` of a planner whose decision is one :data:`Search` per root.
 
     A subclass sets ``dt`` and ``meter`` and gives :meth:`searcher` (the search
@@ -234,13 +235,13 @@ class SearchPlanner:
     dt: int
     meter: Meter
 
+    @abstractmethod
     def searcher(self, env: Any) -> Callable[[Lane[Any], State], Search]:
         """Check ``env``'s action space; return the function making one root's search on it."""
-        raise NotImplementedError
 
+    @abstractmethod
     def new_memory(self) -> Any:
         """What a root's search keeps between decisions when it starts (e.g. no tree to reuse)."""
-        raise NotImplementedError
 
     def reset(self, seed: int | None = None) -> None:
         """Forget every root's memory and reseed: root k's RNG is seeded ``seed + k`` (``None``: fresh entropy).

@@ -13,6 +13,7 @@ every iteration's leaves of all trees in one ``step_batch`` and one rollout call
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -112,7 +113,7 @@ class MCTS(SearchPlanner):
         """No tree to reuse yet."""
         return _Tree()
 
-    def searcher(self, env: Any) -> Any:
+    def searcher(self, env: Any) -> Callable[[Lane[Any], State], Search]:
         """The search of one root on ``env``: ``budget`` simulations, then the most visited root action.
 
         Raises:

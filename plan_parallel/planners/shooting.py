@@ -13,6 +13,7 @@ distribution, shifted by one step, seed the next decision (MPC style).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any, Protocol
 
 import numpy as np
@@ -86,7 +87,7 @@ class RandomShooting(SearchPlanner):
         """No warm start yet."""
         return _Warm()
 
-    def searcher(self, env: Any) -> Any:
+    def searcher(self, env: Any) -> Callable[[Lane[Any], State], Search]:
         """The search of one root on ``env``: the first action of the best sampled sequence.
 
         Returns an ``int`` for ``Discrete`` spaces, an array of the space's dtype for ``Box``.
