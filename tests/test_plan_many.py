@@ -148,3 +148,39 @@ def test_plan_many_refuses_bad_input_naming_expected_and_given(
         planner.plan_many(inline, given, roots=roots)
     with pytest.raises(TypeError, match=r"state must be a State, got list"):
         planner.plan(inline, [state])
+
+
+class _Failing:
+    """An env whose ``fail``-th env call (step_batch or rollout_batch) raises, else the inline env's."""
+
+    def __init__(self, env: Any, fail: int) -> None:
+        self.env, self.fail, self.calls = env, fail, 0
+        self.action_space = env.action_space
+
+    def _call(self, name: str, *args: Any, **kwargs: Any) -> Any:
+        self.calls += 1
+        if self.calls == self.fail:
+            raise RuntimeError("env broke")
+        return getattr(self.env, name)(*args, **kwargs)
+
+    def step_batch(self, *args: Any, **kwargs: Any) -> Any:
+        return self._call("step_batch", *args, **kwargs)
+
+    def rollout_batch(self, *args: Any, **kwargs: Any) -> Any:
+        return self._call("rollout_batch", *args, **kwargs)
+
+
+@pytest.mark.timeout(60)
+def test_an_env_error_drops_the_roots_half_updated_trees(inline: Any) -> None:
+    planner = PLANNERS["mcts"](SEED)
+    states = _starts(inline, 2)
+    actions = planner.plan_many(inline, states)
+    nxt = [inline.step(a, s)[0] for a, s in zip(actions, states)]
+    with pytest.raises(RuntimeError, match="env broke"):
+        planner.plan_many(_Failing(inline, fail=2), nxt)
+    planner.plan_many(inline, nxt)  # the trees to reuse were dropped, not left with simulations in flight
+    assert [s["reused"] for s in planner.root_stats] == [False, False]
+    again = PLANNERS["mcts"](SEED)
+    again.plan_many(inline, states)
+    again.plan_many(inline, nxt)
+    assert [s["reused"] for s in again.root_stats] == [True, True]
