@@ -98,13 +98,13 @@ def share_observations(space: spaces.Space, states: Sequence[State], obs: Any) -
     whose dtype differs from its space's) the states keep the observations they have.
     """
     freeze(obs)
-    if not isinstance(obs, np.ndarray) or len(obs) != len(states) or not states:
+    first = states[0].obs if states else None
+    if (not isinstance(obs, np.ndarray) or len(obs) != len(states) or not isinstance(first, np.ndarray)
+            or first.dtype != obs.dtype or first.shape != obs.shape[1:]):
+        for s in states:
+            freeze(s.obs)
         return obs
-    first = states[0].obs
-    if not isinstance(first, np.ndarray) or first.dtype != obs.dtype or first.shape != obs.shape[1:]:
-        return obs
-    for s, row in zip(states, obs):
-        s.obs = row
+    State.share_rows(states, obs)
     return obs
 
 
@@ -127,8 +127,8 @@ def step_batch_of(space: spaces.Space, lists: tuple, rows: np.ndarray | None = N
     infos)`` (see :func:`plan_parallel.env.loops.run_items`), its observations the states' own rows: ``rows``
     when the loop made them there, else stacked."""
     out_states, obs, rewards, terms, truncs, infos = lists
-    if rows is not None:
-        rows.flags.writeable = False
+    if rows is not None:  # the states' rows, views made before the array was read-only: made again from it
+        State.share_rows(out_states, rows)
     return StepBatch(
         StateBatch.of(out_states),
         share_observations(space, out_states, stack_observations(space, obs)) if rows is None else rows,

@@ -323,6 +323,11 @@ def to_rollout_batch(observation_space: spaces.Space, parts: RolloutParts, obser
     The observations are read-only, as a :class:`StepBatch`'s.
     """
     n, horizon = parts.rewards.shape
+    for s in parts.states:
+        freeze(s.obs)
+    for row in parts.all_states or ():
+        for s in row:
+            freeze(s.obs)
     all_obs = None
     if parts.all_observations is not None:
         flat = [o for row in parts.all_observations for o in row]

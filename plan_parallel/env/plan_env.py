@@ -17,7 +17,7 @@ from plan_parallel.errors import ClosedError, StateError
 from plan_parallel.inputs import check_dt, check_rollout, check_seed, check_seeds, check_states
 from plan_parallel.results import RolloutBatch, StepBatch, step_batch_of, writable_observation
 from plan_parallel.state import Adapter, State, bind
-from plan_parallel.state.state_value import validate_each
+from plan_parallel.state.state_value import freeze, validate_each
 
 __all__ = ["PlanEnv"]
 
@@ -135,7 +135,7 @@ class PlanEnv:
             self._adapter.restore(self._state)  # a reset without a seed goes on from the current state's RNG
         self._held = None
         obs, info = self._adapter.reset(seed, options)
-        self._state = self._held = self._adapter.capture(None, obs)
+        self._state = self._held = self._adapter.capture(None, freeze(obs))
         self._live_is_current = True
         return self._state, writable_observation(obs), info
 
@@ -159,6 +159,7 @@ class PlanEnv:
             self._adapter.validate(state)
         batch = self._run([state if state is not None else self._current()], [action], dt)
         s = batch[0][0]
+        freeze(s.obs)
         self._state = s
         self._live_is_current = True
         return s, writable_observation(batch[1][0]), batch[2][0], batch[3][0], batch[4][0], batch[5][0]
@@ -289,7 +290,7 @@ class PlanEnv:
             obs, r, term, trunc, info = self._step(action)
         else:
             obs, r, term, trunc, info, _ = act_into(adapter, action, 1, row)
-        end = self._held = adapter.capture(None, obs)
+        end = self._held = adapter.capture(None, freeze(obs))
         return end, obs, float(r), term is True or bool(term), trunc is True or bool(trunc), info
 
     @property

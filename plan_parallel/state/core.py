@@ -18,7 +18,7 @@ import numpy as np
 from plan_parallel.errors import StateError
 from plan_parallel.state.identity import configuration, kind_mismatch
 from plan_parallel.state.own_rng import own_generator_error
-from plan_parallel.state.state_value import State
+from plan_parallel.state.state_value import State, freeze
 from plan_parallel.state.wrappers import WrapperStack, direct_step
 
 __all__ = [
@@ -34,8 +34,8 @@ __all__ = [
 
 
 def get_rng_state(generator: np.random.Generator) -> dict:
-    """The bit-generator state of ``generator`` (a fresh dict of Python ints)."""
-    return dict(generator.bit_generator.state)
+    """The bit-generator state of ``generator`` (a fresh dict of Python ints; any array in it read-only)."""
+    return freeze(dict(generator.bit_generator.state))
 
 
 def set_rng_state(generator: np.random.Generator, state: dict) -> None:
@@ -183,7 +183,7 @@ class Adapter:
         gen = getattr(self.u, "_np_random", None)
         if gen is None:
             return None
-        return gen.bit_generator.state
+        return freeze(gen.bit_generator.state)
 
     def capture(self, prev: State | None = None, obs: Any = None) -> State:
         """The env's current state, keeping ``obs`` with it.

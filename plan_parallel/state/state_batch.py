@@ -99,13 +99,14 @@ class StateBatch(Sequence[State]):
             if not callable(source):
                 made[lo:hi] = source
                 continue
-            obs = None if rows is None else list(rows[lo:hi])
-            for k in range(lo, hi):
-                if made[k] is None:
-                    state = source(k - lo)
-                    if obs is not None:
-                        state.obs = obs[k - lo]
-                    made[k] = state
+            fresh = [k for k in range(lo, hi) if made[k] is None]
+            for k in fresh:
+                made[k] = source(k - lo)
+            if rows is not None and len(fresh) == hi - lo:
+                State.share_rows(made[lo:hi], rows[lo:hi])  # type: ignore[arg-type]
+            elif rows is not None:
+                for k in fresh:
+                    made[k].obs = rows[k]  # type: ignore[union-attr]
         self._whole = True
         return made  # type: ignore[return-value]  # no None left
 

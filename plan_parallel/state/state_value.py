@@ -35,9 +35,19 @@ def freeze(value: Any) -> Any:
     elif t in _ATOMS:
         pass
     elif t is tuple or t is list:
-        for v in value:
-            if type(v) not in _ATOMS:
-                freeze(v)
+        last: Any = None
+        for v in value:  # (a chunk's column: the same RNG dict item after item, tuples of ints: no call for those)
+            tv = type(v)
+            if v is last or tv in _ATOMS:
+                continue
+            if tv is tuple:
+                for x in v:
+                    if type(x) not in _ATOMS:
+                        break
+                else:
+                    continue
+            freeze(v)
+            last = v
     elif t is dict:
         if value.get("bit_generator") != "PCG64":
             for v in value.values():
@@ -45,6 +55,20 @@ def freeze(value: Any) -> Any:
     elif isinstance(value, np.ndarray):
         value.setflags(write=False)
     return value
+
+
+def _freeze_parts(sim: Any, extra: Any, wrappers: tuple) -> None:
+    """:func:`freeze` of a new state's simulator value, hidden fields and wrapper entries (the common cases
+    spelt out, without a call: :meth:`State.captured` runs once an item)."""
+    if type(sim) is np.ndarray:
+        sim.setflags(write=False)
+    elif sim is not None and type(sim) not in _ATOMS:
+        freeze(sim)
+    if extra is not None and type(extra) not in _ATOMS:
+        freeze(extra)
+    for v in wrappers:
+        if type(v) not in _ATOMS:
+            freeze(v)
 
 
 class State:
@@ -105,24 +129,52 @@ class State:
     def captured(cls, kind: str, sim: Any, extra: Any, rng: dict | None, wrappers: tuple, obs: Any,
                  checker: Any) -> State:
         """A state an adapter has just captured from its env: it restores that env by construction, so
-        :func:`validate_each` with the adapter's ``checker`` token does not check it."""
+        :func:`validate_each` with the adapter's ``checker`` token does not check it. ``rng`` is frozen
+        where it was read (an adapter's :func:`~plan_parallel.state.core.get_rng_state`, a chunk's column).
+
+        ``obs`` is frozen where the state reaches a caller (:meth:`obs`): most states get a row of their
+        batch's read-only array instead, and a worker's states only travel, so freezing the env's array
+        here would be spent for nothing.
+        """
+        if type(sim) is np.ndarray:  # _freeze_parts, spelt out for the common case: a call less an item
+            sim.setflags(write=False)
+            if extra is not None and type(extra) not in _ATOMS:
+                freeze(extra)
+            for v in wrappers:
+                if type(v) not in _ATOMS:
+                    freeze(v)
+        else:
+            _freeze_parts(sim, extra, wrappers)
         s = cls.__new__(cls)
-        s.kind, s._sim, s._blob, s._checked, s.held_by = kind, freeze(sim), None, checker, None
-        s.extra, s.rng, s.wrappers, s._obs = freeze(extra), freeze(rng), freeze(wrappers), freeze(obs)
+        s.kind, s._sim, s._blob, s._checked, s.held_by = kind, sim, None, checker, None
+        s.extra, s.rng, s.wrappers, s._obs = extra, rng, wrappers, obs
+        return s
+
+    @classmethod
+    def of_frozen(cls, kind: str, sim: Any, extra: Any, rng: dict | None, wrappers: tuple, obs: Any,
+                  checker: Any) -> State:
+        """:meth:`captured`, of parts its caller made read-only already (rows of a chunk's columns, frozen once a
+        chunk: :func:`freeze`)."""
+        s = cls.__new__(cls)
+        s.kind, s._sim, s._blob, s._checked, s.held_by = kind, sim, None, checker, None
+        s.extra, s.rng, s.wrappers, s._obs = extra, rng, wrappers, obs
         return s
 
     @classmethod
     def from_blob(cls, kind: str, blob: bytes, extra: Any = None, rng: dict | None = None, wrappers: tuple = (),
-                  obs: Any = None, checker: Any = None) -> State:
+                  obs: Any = None, checker: Any = None, frozen: bool = False) -> State:
         """A state whose simulator value is given in its family's bytes form (:func:`register_sim_blobs`).
 
         It is decoded the first time :attr:`sim` is read. A state that only
         travels (from a worker, back to a worker, pickled) is never decoded.
         ``checker``: the token of the check it passed, or of the envs that made it (see :func:`validate_each`).
+        ``rng`` is frozen where it was read, as :meth:`captured`'s; ``frozen``: ``extra`` and ``wrappers`` too.
         """
+        if not frozen:
+            _freeze_parts(None, extra, wrappers)
         s = cls.__new__(cls)
         s.kind, s._sim, s._blob, s._checked, s.held_by = kind, _UNDECODED, blob, checker, None
-        s.extra, s.rng, s.wrappers, s._obs = freeze(extra), freeze(rng), freeze(wrappers), freeze(obs)
+        s.extra, s.rng, s.wrappers, s._obs = extra, rng, wrappers, obs
         return s
 
     @property
@@ -146,12 +198,23 @@ class State:
 
     @property
     def obs(self) -> Any:
-        """The observation the env returned at this state (see the class docstring); read-only."""
+        """The observation the env returned at this state (see the class docstring); read-only once the state
+        reaches a caller (made by :meth:`captured`, it is frozen there: :func:`freeze`)."""
         return self._obs
 
     @obs.setter
     def obs(self, value: Any) -> None:
-        self._obs = freeze(value)  # the same observation, as a row of its batch's array, say
+        if type(value) is not np.ndarray or value.flags.writeable:  # a row of its batch's read-only array: as it is
+            freeze(value)
+        self._obs = value
+
+    @staticmethod
+    def share_rows(states: Sequence[State], rows: Any) -> None:
+        """Each state's ``obs`` becomes its row of ``rows``, an array made read-only here first (rows of a
+        read-only array are read-only: nothing is checked or set a state)."""
+        rows.setflags(write=False)
+        for s, row in zip(states, rows):
+            s._obs = row
 
     @property
     def wire_sim(self) -> Any:

@@ -13,6 +13,7 @@ import numpy as np
 
 from plan_parallel.state import State
 from plan_parallel.state.sim_blobs import sim_blobs
+from plan_parallel.state.state_value import freeze
 from plan_parallel.wire.messages import ChunkReply
 from plan_parallel.wire.slabs import BLOB_BYTES, ArrayWriter, rows_fit
 
@@ -138,6 +139,8 @@ def _packed_state(rest: dict[str, Any], cols: dict[str, np.ndarray], prefix: str
     otherwise each state's bytes are copied out of it when made.
     """
     kind, extra, rng, wrappers = rest["kind"], rest["extra"], rest["rng"], rest["wrappers"]
+    for column in (extra, rng, wrappers):  # read-only once for the chunk, not a state at a time
+        freeze(column)
     sims = rest.get("sim")
     raw: Any = rest.get("sim_blobs")
     if sims is None and raw is None:
@@ -149,10 +152,11 @@ def _packed_state(rest: dict[str, Any], cols: dict[str, np.ndarray], prefix: str
             data = column.tobytes() if keep else column.data  # sliced as bytes, or as a memoryview of the slab
             bounds = [0, *ends.tolist()]
             return lambda u, obs: State.from_blob(kind, bytes(data[bounds[u]:bounds[u + 1]]), extra[u], rng[u],
-                                                  wrappers[u], obs, checker)
+                                                  wrappers[u], obs, checker, frozen=True)
     if raw is not None:
-        return lambda u, obs: State.from_blob(kind, raw[u], extra[u], rng[u], wrappers[u], obs, checker)
-    return lambda u, obs: State.captured(kind, sims[u], extra[u], rng[u], wrappers[u], obs, checker)  # type: ignore[index]
+        return lambda u, obs: State.from_blob(kind, raw[u], extra[u], rng[u], wrappers[u], obs, checker, frozen=True)
+    freeze(sims)  # one array (its rows are read-only) or a list of them
+    return lambda u, obs: State.of_frozen(kind, sims[u], extra[u], rng[u], wrappers[u], obs, checker)  # type: ignore[index]
 
 
 def pack_infos(infos: list[dict], w: ArrayWriter | None = None) -> Any:

@@ -14,6 +14,7 @@ from gymnasium import spaces
 
 from plan_parallel.env.loops import RolloutParts, to_rollout_batch
 from plan_parallel.results import RolloutBatch, StepBatch, share_observations, stack_observations
+from plan_parallel.state import State
 from plan_parallel.state.state_batch import StateBatch
 from plan_parallel.wire.columns import OUTCOMES, listed_rows, state_maker, unpack_infos, unpack_outcomes, unpack_states
 from plan_parallel.wire.messages import ChunkReply, RolloutSpec
@@ -184,8 +185,7 @@ class StepGather:
             observations.flags.writeable = False
             for lo, hi, src in parts:
                 if not callable(src):  # a chunk that ran here: its states are made
-                    for s, o in zip(src, observations[lo:hi]):
-                        s.obs = o
+                    State.share_rows(src, observations[lo:hi])
             states = StateBatch(self.n, parts, observations)
             want = getattr(self.space, "dtype", None)
             if want is not None and observations.dtype != want and observations.shape[1:] == self.space.shape:
