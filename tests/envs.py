@@ -30,6 +30,7 @@ from gymnasium import spaces
 __all__ = [
     "FAULTS",
     "PHASES",
+    "ArrayStateEnv",
     "CounterEnv",
     "DictObsEnv",
     "FaultyEnv",
@@ -150,6 +151,51 @@ class DictObsEnv(gym.Env):
         pos, count = state
         self.pos = np.array(pos, dtype=np.float32)
         self.count = int(count)
+
+
+class ArrayStateEnv(gym.Env):
+    """A user env whose state is an array (``get_state`` copies it out, ``set_state`` copies it in).
+
+    A mass on a spring pushed by a Discrete(3) action (-1, 0, +1) with noise from
+    ``np_random`` at every reset and step; the episode ends when the position leaves
+    [-2, 2] (terminated) or after ``horizon`` steps (truncated, by the env itself).
+    For the differential fuzzer's "your own env" family: a state array a caller
+    could try to edit in place.
+    """
+
+    metadata: dict[str, Any] = {"render_modes": []}
+
+    def __init__(self, horizon: int = 40) -> None:
+        self.horizon = int(horizon)
+        self.action_space = spaces.Discrete(3)
+        self.observation_space = spaces.Box(-np.inf, np.inf, shape=(3,), dtype=np.float64)
+        self.x = np.zeros(2)  # position, velocity
+        self.t = 0
+
+    def _obs(self) -> np.ndarray:
+        return np.array([self.x[0], self.x[1], float(self.t)])
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[np.ndarray, dict]:
+        super().reset(seed=seed)
+        self.x = self.np_random.uniform(-0.5, 0.5, size=2)
+        self.t = 0
+        return self._obs(), {}
+
+    def step(self, action: Any) -> tuple:
+        force = float(int(action) - 1) + float(self.np_random.normal(0.0, 0.3))
+        self.x[1] += 0.1 * (force - self.x[0])  # in place: the env's own array
+        self.x[0] += 0.1 * self.x[1]
+        self.t += 1
+        terminated = bool(abs(self.x[0]) > 2.0)
+        return self._obs(), -abs(float(self.x[0])), terminated, self.t >= self.horizon, {"t": self.t}
+
+    def get_state(self) -> tuple:
+        return (self.x.copy(), self.t)
+
+    def set_state(self, state: tuple) -> None:
+        x, t = state
+        self.x = np.array(x, dtype=np.float64)
+        self.t = int(t)
 
 
 FAULTS = ("none", "raise", "raise_unpicklable", "exit", "sigkill", "segfault", "hang", "unpicklable")

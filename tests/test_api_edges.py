@@ -76,10 +76,11 @@ def test_the_build_ships_py_typed(tmp_path: Path) -> None:
 
 def test_a_cartpole_episode_at_the_time_limit_does_not_read_terminated() -> None:
     env = pp.make("CartPole-v1", backend="inline")
-    ep = run_episode(RandomShooting(budget=16), env, seed=0)
+    ep = run_episode(RandomShooting(budget=16), env, seed=7)
     env.close()
     assert ep.steps == 500 and ep.truncated
-    # this planner pushes the cart out of range on the very last step: both flags are set
+    # with seed 7 this planner pushes the cart out of range on the very last step: both flags are set
+    # (seed 0 did before 7bef98a, whose shooting breaks ties with its RNG: it falls at step 379 now)
     assert ep.terminated
     assert episode_end(ep) == "term+trunc"
     table = summarize([ep])

@@ -525,7 +525,7 @@ def test_seeds_refused_for_action_replay_envs(make_inline):
     env = make_inline("LunarLander-v3")
     s0, _, _ = env.reset(seed=0)
     assert not env.reseedable
-    with pytest.raises(StateError, match="per-item seeds need an env whose RNG can be reseeded"):
+    with pytest.raises(StateError, match=r"per-item seeds cannot act on this env \(env.reseedable is False\)"):
         env.step_batch([0], states=[s0], seeds=[1])
     with pytest.raises(StateError, match="action-replay history"):
         env.rollout_batch([s0], horizon=2, seeds=[1])
