@@ -96,7 +96,9 @@ class ObsPolicy:
 
     def __call__(self, obs: Any, rng: np.random.Generator) -> Any:
         if isinstance(self.space, spaces.Discrete):
-            h = zlib.crc32(np.ascontiguousarray(obs).tobytes()) if isinstance(obs, np.ndarray) else int(obs)
+            arrays = [obs] if isinstance(obs, np.ndarray) else [v for v in obs.values() if isinstance(v, np.ndarray)] \
+                if isinstance(obs, dict) else [np.asarray(obs)]
+            h = sum(zlib.crc32(np.ascontiguousarray(a).tobytes()) for a in arrays)
             return self.space.start + (h + int(rng.integers(2))) % self.space.n
         return sample_actions(self.space, 1, rng)[0]
 
@@ -384,4 +386,4 @@ class VectorMachine(RuleBasedStateMachine):
         states = self.case.subject.get_states()
         for state in states:
             assert_read_only(state)
-        self.case.subject.set_states(states)
+        self.case.subject.set_states(states, autoreset=self.case.subject.autoreset_envs)  # pending autoresets too

@@ -168,6 +168,18 @@ def test_an_empty_batch_is_the_same_result_on_every_backend(options: dict) -> No
         assert batch.observations.shape == (0, 3) and not batch.observations.flags.writeable
 
 
+@pytest.mark.timeout(120)
+def test_an_empty_rollout_returning_all_steps_works_with_a_custom_subspace(options: dict) -> None:
+    """Found by the fuzzer (a larger, random budget): MiniGrid's Dict observation holds a custom space (its
+    mission), whose empty batch gymnasium makes as None; an empty ``rollout_batch(return_all=True)`` raised
+    AttributeError splitting it, on every backend."""
+    gym.register_envs(pytest.importorskip("minigrid"))
+    with pp.make("MiniGrid-Empty-5x5-v0", **options) as env:
+        env.reset(seed=0)
+        roll = env.rollout_batch([], horizon=2, return_all=True)
+        assert len(roll.states) == 0 and roll.all_observations["image"].shape == (0, 2, 7, 7, 3)
+
+
 # ---------------------------------------------------------------- deliberate deviations, stated
 @pytest.mark.timeout(120)
 def test_ale_equals_gymnasium_without_sticky_actions_and_deviates_with_them() -> None:

@@ -353,6 +353,8 @@ def _split_leading(x: Any, n: int, t: int) -> Any:
         if x and isinstance(x[0], np.ndarray):  # a Tuple space: a tuple of batched arrays
             return tuple(_split_leading(v, n, t) for v in x)
         return tuple(tuple(x[i * t : (i + 1) * t]) for i in range(n))  # e.g. Text: N*T plain values
+    if not isinstance(x, np.ndarray):  # a custom space's empty batch (gymnasium makes None for MiniGrid's mission)
+        return x
     return x.reshape((n, t) + x.shape[1:])
 
 
