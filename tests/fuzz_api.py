@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import os
 import signal
-import time
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -28,7 +27,6 @@ from typing import Any
 
 import gymnasium as gym
 import numpy as np
-import psutil
 from gymnasium import spaces
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
@@ -36,6 +34,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, precondition,
 
 from plan_parallel import State
 from tests.helpers import assert_batches_equal, assert_tree_equal, sample_actions
+from tests.test_faults import wait_dead
 
 __all__ = ["ApiMachine", "Case", "ObsPolicy", "VectorCase", "VectorMachine", "fuzz_settings", "writable_arrays"]
 
@@ -318,14 +317,7 @@ class ApiMachine(RuleBasedStateMachine):
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
             return  # killed by the rule before, and no call since has replaced it
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            try:
-                if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
-                    break
-            except psutil.NoSuchProcess:
-                break
-            time.sleep(0.01)
+        wait_dead(pid)
 
     @rule(data=st.data())
     def edit_a_state(self, data: st.DataObject) -> None:

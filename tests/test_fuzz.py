@@ -1,7 +1,7 @@
 """The differential fuzzer's tables (``tests/fuzz_api.py``): every state family on every backend, and
 ``make_vec`` against ``SyncVectorEnv``.
 
-Budget: a few call sequences a row here (the whole table takes about a minute); a larger budget
+Budget: 4-16 call sequences a row here (the whole table takes about a minute on two idle cores); a larger budget
 multiplies it, e.g. ``PP_FUZZ_EXAMPLES=20 PP_FUZZ_STEPS=2 python -m pytest tests/test_fuzz.py -p no:randomly``
 (``PP_FUZZ_RANDOM=1`` draws new sequences each run instead of the same ones). A hole the fuzzer finds
 becomes a named row of the invariant tables (``tests/test_exact_paths.py``).
@@ -25,14 +25,14 @@ from tests.fuzz_api import ApiMachine, Case, VectorCase, VectorMachine, fuzz_set
 # actions (with them, plan_parallel draws the sticky choice from the env's np_random: a deliberate
 # deviation, see test_exact_paths.py).
 FAMILIES: dict[str, tuple[Any, dict, int, int]] = {
-    "classic": ("CartPole-v1", {}, 6, 14),
-    "classic-box": ("Pendulum-v1", {}, 3, 12),
-    "toy_text": ("FrozenLake-v1", {}, 6, 14),
-    "box2d": ("LunarLander-v3", {}, 3, 12),
-    "mujoco": ("HalfCheetah-v5", {}, 3, 12),
-    "ale": ("ALE/Pong-v5", {"repeat_action_probability": 0.0}, 2, 8),
-    "pickle": ("MiniGrid-Empty-5x5-v0", {}, 3, 12),
-    "user": (ArrayStateEnv, {}, 6, 14),
+    "classic": ("CartPole-v1", {}, 16, 16),
+    "classic-box": ("Pendulum-v1", {}, 8, 14),
+    "toy_text": ("FrozenLake-v1", {}, 16, 16),
+    "box2d": ("LunarLander-v3", {}, 8, 14),
+    "mujoco": ("HalfCheetah-v5", {}, 8, 14),
+    "ale": ("ALE/Pong-v5", {"repeat_action_probability": 0.0}, 4, 10),
+    "pickle": ("MiniGrid-Empty-5x5-v0", {}, 8, 14),
+    "user": (ArrayStateEnv, {}, 16, 16),
 }
 BACKENDS: dict[str, dict[str, Any]] = {
     "inline": {"backend": "inline"},
@@ -86,4 +86,4 @@ def test_random_vector_sequences_equal_sync_vector_env(family: str, vector_backe
     with pp.make_vec(env_id, n, **vector_backend) as subject:
         case = VectorCase(subject, lambda: gym.vector.SyncVectorEnv([lambda: gym.make(env_id)] * n),
                           fresh_reference=family.startswith("box2d"))
-        run_state_machine_as_test(lambda: VectorMachine(case), settings=fuzz_settings(4, 10))
+        run_state_machine_as_test(lambda: VectorMachine(case), settings=fuzz_settings(10, 12))

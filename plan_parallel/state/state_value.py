@@ -152,11 +152,11 @@ class State:
 
     @classmethod
     def of_frozen(cls, kind: str, sim: Any, extra: Any, rng: dict | None, wrappers: tuple, obs: Any,
-                  checker: Any) -> State:
+                  checker: Any, blob: bytes | None = None) -> State:
         """:meth:`captured`, of parts its caller made read-only already (rows of a chunk's columns, frozen once a
-        chunk: :func:`freeze`)."""
+        chunk: :func:`freeze`); with ``blob``, the simulator value's bytes form (``sim`` is then not decoded)."""
         s = cls.__new__(cls)
-        s.kind, s._sim, s._blob, s._checked, s.held_by = kind, sim, None, checker, None
+        s.kind, s._sim, s._blob, s._checked, s.held_by = kind, sim, blob, checker, None
         s.extra, s.rng, s.wrappers, s._obs = extra, rng, wrappers, obs
         return s
 
@@ -172,10 +172,7 @@ class State:
         """
         if not frozen:
             _freeze_parts(None, extra, wrappers)
-        s = cls.__new__(cls)
-        s.kind, s._sim, s._blob, s._checked, s.held_by = kind, _UNDECODED, blob, checker, None
-        s.extra, s.rng, s.wrappers, s._obs = extra, rng, wrappers, obs
-        return s
+        return cls.of_frozen(kind, _UNDECODED, extra, rng, wrappers, obs, checker, blob)
 
     @property
     def sim(self) -> Any:

@@ -8,7 +8,7 @@ import numpy as np
 from gymnasium import spaces
 
 __all__ = ["CountEnv", "CustomSpace", "CustomSpaceEnv", "FinalObsEnv", "SlowStepEnv", "SpaceSampleEnv", "StringSpace",
-           "TenStepEnv"]
+           "TenStepEnv", "UnsetCountEnv"]
 
 
 class FinalObsEnv(gym.Env):
@@ -184,33 +184,6 @@ class TenStepEnv(gym.Env):
         self.step_id = state
 
 
-class UnsetCountEnv(gym.Env):
-    """gymnasium's test_autoreset_mode.py env as upstream builds it: no ``max_count`` until ``set_attr`` sets it,
-    and a state (the count) that leaves it out: a setting of the env, outside its state."""
-
-    metadata: dict[str, Any] = {"render_modes": []}
-
-    def __init__(self) -> None:
-        self.observation_space = spaces.Discrete(5)
-        self.action_space = spaces.Discrete(5)
-        self.count = 0
-
-    def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[int, dict]:
-        super().reset(seed=seed)
-        self.count = seed if seed is not None else 0
-        return self.count, {}
-
-    def step(self, action: Any) -> tuple:
-        self.count += 1
-        return self.count, action, self.count == self.max_count, False, {}
-
-    def get_state(self) -> int:
-        return self.count
-
-    def set_state(self, state: int) -> None:
-        self.count = state
-
-
 class CountEnv(gym.Env):
     """gymnasium's test_autoreset_mode.py env (count_reset / count_step), with ``max_count`` in its state.
 
@@ -240,3 +213,18 @@ class CountEnv(gym.Env):
 
     def set_state(self, state: tuple[int, int | None]) -> None:
         self.count, self.max_count = state
+
+
+class UnsetCountEnv(CountEnv):
+    """:class:`CountEnv` as gymnasium's test_autoreset_mode.py builds it: no ``max_count`` until ``set_attr`` sets
+    it, and a state (the count) that leaves it out: a setting of the env, outside its state."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        del self.max_count
+
+    def get_state(self) -> int:  # type: ignore[override]
+        return self.count
+
+    def set_state(self, state: int) -> None:  # type: ignore[override]
+        self.count = state
