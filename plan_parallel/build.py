@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any, Literal, overload
 
 from plan_parallel.env.plan_env import PlanEnv
 from plan_parallel.factory import EnvFactory
+from plan_parallel.state.identity import env_creator
 from plan_parallel.state.restore_probe import check_one_step
 from plan_parallel.workers.cores import check_pin_workers
 
@@ -160,10 +161,7 @@ def check_env_kwargs(factory: EnvFactory) -> None:
         TypeError: a kwarg the env does not take.
     """
     if factory.spec is not None:
-        from gymnasium.envs.registration import load_env_creator
-
-        entry = factory.spec.entry_point
-        creator = load_env_creator(entry) if isinstance(entry, str) else entry
+        creator = env_creator(factory.spec)
         takes = _keywords(creator)
         takes = None if takes is None else takes | _GYM_MAKE_TAKES
     else:

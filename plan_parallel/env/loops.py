@@ -121,6 +121,8 @@ def run_items(
             if states[i] is not held:
                 restore(states[i])
             if seeds is not None:
+                if i == 0:
+                    adapter.check_reseed()
                 adapter.reseed(int(seeds[i]))
             k = dt if isinstance(dt, int) else int(dt[i])
             if rows is not None:
@@ -274,6 +276,8 @@ def run_rollouts(
                 restore(start)
             seed = None if seeds is None else int(seeds[i])
             if seed is not None:
+                if i == 0:
+                    adapter.check_reseed()
                 adapter.reseed(seed)
             k = dt if isinstance(dt, int) else int(dt[i])
             seq = actions[i] if actions is not None else None

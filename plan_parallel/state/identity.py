@@ -16,7 +16,7 @@ from __future__ import annotations
 import inspect
 from typing import Any
 
-__all__ = ["configuration", "kind_mismatch"]
+__all__ = ["configuration", "env_creator", "kind_mismatch"]
 
 _NOT_CONFIG = frozenset({"render_mode"})
 _PLAIN = (type(None), bool, int, float, str, bytes)
@@ -34,14 +34,20 @@ def _shown(value: Any) -> str:
     return f"<{type(value).__qualname__}>"
 
 
-def _defaults(entry_point: Any) -> dict[str, Any]:
-    """The default of each argument the env's creator has one for."""
+def env_creator(spec: Any) -> Any:
+    """What an ``EnvSpec``'s entry point names: the env class or function ``gymnasium.make`` calls."""
+    entry_point = spec.entry_point
     if isinstance(entry_point, str):
         from gymnasium.envs.registration import load_env_creator
 
-        entry_point = load_env_creator(entry_point)
+        return load_env_creator(entry_point)
+    return entry_point
+
+
+def _defaults(creator: Any) -> dict[str, Any]:
+    """The default of each argument the env's creator has one for."""
     try:
-        params = inspect.signature(entry_point).parameters.values()
+        params = inspect.signature(creator).parameters.values()
     except (TypeError, ValueError):
         return {}
     return {p.name: p.default for p in params if p.default is not p.empty}
@@ -62,7 +68,7 @@ def configuration(env: Any) -> str:
     spec = getattr(env, "spec", None)
     if spec is None:
         return ""
-    defaults = _defaults(spec.entry_point)
+    defaults = _defaults(env_creator(spec))
     items = {k: _shown(v) for k, v in spec.kwargs.items()
              if k not in _NOT_CONFIG and not (k in defaults and _is_default(v, defaults[k]))}
     if spec.max_episode_steps is not None:

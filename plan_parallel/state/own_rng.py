@@ -45,12 +45,9 @@ def own_generator_error(unwrapped: Any) -> str | None:
 
 def seeds_note(adapter: Any) -> str:
     """What per-item seeds do on the env ``adapter`` is bound to (for :func:`~plan_parallel.check_clonable`)."""
-    if adapter.reseedable:
-        why = own_generator_error(adapter.u)
-        if why is None:
-            return "reseed the env's np_random (the env holds no other generator)"
-        return f"refused: {why}"
     why = own_generator_error(adapter.u)
     if why is not None:
         return f"refused: {why}"
+    if adapter.reseedable:
+        return "reseed the env's np_random (the env holds no other generator)"
     return "refused: the state is an action-replay history, whose RNG is re-derived from the reset seed"

@@ -59,7 +59,7 @@ def freeze(value: Any) -> Any:
 
 def _freeze_parts(sim: Any, extra: Any, wrappers: tuple) -> None:
     """:func:`freeze` of a new state's simulator value, hidden fields and wrapper entries (the common cases
-    spelt out, without a call: :meth:`State.captured` runs once an item)."""
+    spelt out, without a call of :func:`freeze`: :meth:`State.captured` runs once an item)."""
     if type(sim) is np.ndarray:
         sim.setflags(write=False)
     elif sim is not None and type(sim) not in _ATOMS:
@@ -136,15 +136,7 @@ class State:
         batch's read-only array instead, and a worker's states only travel, so freezing the env's array
         here would be spent for nothing.
         """
-        if type(sim) is np.ndarray:  # _freeze_parts, spelt out for the common case: a call less an item
-            sim.setflags(write=False)
-            if extra is not None and type(extra) not in _ATOMS:
-                freeze(extra)
-            for v in wrappers:
-                if type(v) not in _ATOMS:
-                    freeze(v)
-        else:
-            _freeze_parts(sim, extra, wrappers)
+        _freeze_parts(sim, extra, wrappers)
         s = cls.__new__(cls)
         s.kind, s._sim, s._blob, s._checked, s.held_by = kind, sim, None, checker, None
         s.extra, s.rng, s.wrappers, s._obs = extra, rng, wrappers, obs
