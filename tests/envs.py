@@ -346,3 +346,42 @@ class UnclonableEnv(gym.Env):
     def step(self, action: Any) -> tuple:
         self.x = float(self.np_random.random())
         return np.array([self.x], dtype=np.float32), 0.0, False, False, {}
+
+
+class OffDtypeEnv(gym.Env):
+    """Declares ``Box(float32)`` observations and returns them in another form: ``form`` is "float64", "int64",
+    "float16" (arrays), "list" (of Python floats) or "scalar" (a Python float; the box then has shape ()).
+
+    A state of (position array, step count); noise from ``np_random``; the episode ends after 3 steps.
+    """
+
+    metadata: dict[str, Any] = {"render_modes": []}
+
+    def __init__(self, form: str = "float64") -> None:
+        self.form = form
+        self.observation_space = spaces.Box(-10.0, 10.0, shape=() if form == "scalar" else (3,), dtype=np.float32)
+        self.action_space = spaces.Discrete(2)
+        self.x = np.zeros(3)
+        self.t = 0
+
+    def _obs(self) -> Any:
+        if self.form == "list":
+            return [float(v) for v in self.x]
+        if self.form == "scalar":
+            return float(self.x[0])
+        return self.x.astype(self.form)
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple:
+        super().reset(seed=seed)
+        self.x, self.t = self.np_random.normal(size=3) * 3, 0
+        return self._obs(), {}
+
+    def step(self, action: Any) -> tuple:
+        self.x, self.t = self.x + (int(action) - 0.5) + self.np_random.normal(size=3) * 0.1, self.t + 1
+        return self._obs(), 1.0, self.t >= 3, False, {}
+
+    def get_state(self) -> tuple:
+        return self.x.copy(), self.t
+
+    def set_state(self, state: tuple) -> None:
+        self.x, self.t = state[0].copy(), state[1]

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import plan_parallel as pp
-from tests.envs import ArrayStateEnv
+from tests.envs import ArrayStateEnv, OffDtypeEnv
 from tests.helpers import assert_tree_equal, sample_actions
 from tests.test_faults import wait_dead
 
@@ -181,6 +181,54 @@ def test_an_empty_rollout_returning_all_steps_works_with_a_custom_subspace(optio
 
 
 # ---------------------------------------------------------------- deliberate deviations, stated
+def forms(value: Any) -> Any:
+    """The dtype of each array (the type of anything else) in a result, nested as the result is."""
+    if isinstance(value, np.ndarray):
+        return str(value.dtype)
+    if isinstance(value, (list, tuple)):
+        return [forms(v) for v in value]
+    if isinstance(value, dict):
+        return {k: forms(v) for k, v in value.items()}
+    return type(value).__name__
+
+
+def observation_forms(options: dict[str, Any], form: str) -> dict[str, Any]:
+    """Every observation the public calls hand back, as ``forms`` of it, from an OffDtypeEnv."""
+    out: dict[str, Any] = {}
+    with pp.make(OffDtypeEnv, form=form, **options) as env:
+        state, obs, _ = env.reset(seed=1)
+        out["reset"] = forms(obs)
+        out["state"] = forms(state.obs)
+        out["step"] = forms(env.step(1)[1])
+        for dt in (1, 2):
+            batch = env.step_batch([0, 1, 0, 1], [state] * 4, dt=dt)
+            out[f"step_batch dt={dt}"] = forms((batch.observations, batch.states[3].obs))
+        rollout = env.rollout_batch([state] * 3, [[0, 1, 1, 1]] * 3, return_all=True)
+        out["rollout_batch"] = forms((rollout.observations, rollout.all_observations, rollout.states[0].obs))
+    for mode in gym.vector.AutoresetMode:
+        with pp.make_vec(OffDtypeEnv, 2, form=form, autoreset_mode=mode, **options) as envs:
+            got = [envs.reset(seed=2)]
+            got += [envs.step(np.array([1, 0])) for _ in range(3)]
+            out[f"make_vec {mode.value}"] = forms(got)
+    return out
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("form", ["float64", "int64", "float16", "list", "scalar"])
+def test_observations_off_their_declared_dtype_reach_the_caller_alike_on_every_backend(options: dict,
+                                                                                     form: str) -> None:
+    """Issue 50's last residual: an env whose observations disagree with its declared Box(float32) hands the
+    caller the same dtypes on every backend (batches and make_vec in the declared dtype, a single step's and a
+    state's observation as the env made it), and make_vec's equal SyncVectorEnv's."""
+    got = observation_forms(options, form)
+    assert got == observation_forms(BACKENDS["inline"], form)
+    for mode in gym.vector.AutoresetMode:
+        ref = gym.vector.SyncVectorEnv([lambda: OffDtypeEnv(form)] * 2, autoreset_mode=mode)
+        want = [ref.reset(seed=2)] + [ref.step(np.array([1, 0])) for _ in range(3)]
+        ref.close()
+        assert got[f"make_vec {mode.value}"] == forms(want), mode
+
+
 @pytest.mark.timeout(120)
 def test_ale_equals_gymnasium_without_sticky_actions_and_deviates_with_them() -> None:
     """ALE's sticky actions are drawn from the env's ``np_random`` (a C++ field ALE cannot restore): the same
