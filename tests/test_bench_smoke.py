@@ -42,6 +42,20 @@ def test_the_mcts_suite_prints_decisions_per_second_on_both_backends() -> None:
     assert float(ceiling) > 0 and float(eff) > 0
 
 
+@pytest.mark.timeout(120)
+def test_the_mcts_suites_multi_root_rows_run_and_make_the_same_decisions() -> None:
+    from plan_parallel.cli.bench.roots import QUICK_CASES, bench_roots
+
+    lines = bench_roots(1, True, 2, QUICK_CASES)
+    assert lines[1].split()[:3] == ["env", "roots", "W"], lines
+    rows = [ln.split() for ln in lines[2:]]
+    assert [(" ".join(r[:-9]), int(r[-9]), int(r[-8])) for r in rows] == [
+        ("CartPole-v1", 2, 2), ("SleepyWalk 1 ms", 2, 1), ("SleepyWalk 1 ms", 2, 2)], lines
+    for r in rows:
+        assert all(float(v) > 0 for v in r[-7:-1]), r  # decisions/s, ratios and efficiency
+        assert r[-1] == "yes", r  # single-root searches, plan_many inline and on the workers decided alike
+
+
 @pytest.mark.timeout(300)
 def test_the_process_suite_prints_each_rows_own_ceiling_beside_its_ratios() -> None:
     from plan_parallel.cli.bench.process import bench_process

@@ -49,7 +49,9 @@ suites (--suite; all runs each, in this order):
   rollout: rollout_batch (each item's sequence in one worker) against one
            step_batch call per depth
   vector:  make_vec against gymnasium's SyncVectorEnv and AsyncVectorEnv
-  mcts:    MCTS decisions/s on Pong, inline against the process backend
+  mcts:    MCTS decisions/s on Pong, inline against the process backend; then
+           8 roots in one plan_many on W workers against 8 single-root
+           searches inline (Pong, CartPole, an env whose steps sleep: W 1-32)
   ray:     the Ray backend (--workers actors) against inline and the process
            backend (skipped without Ray)
 Every figure is the median of --repeats alternating runs; ratios compare runs

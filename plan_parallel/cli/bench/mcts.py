@@ -1,4 +1,5 @@
-"""``plan-parallel bench --suite mcts``: MCTS on Pong, decisions per second, inline against the process backend.
+"""``plan-parallel bench --suite mcts``: MCTS on Pong, decisions per second, inline against the process backend;
+then many roots searched together (:mod:`plan_parallel.cli.bench.roots`).
 
 The planner figure of the data-plane issue: the preset MCTS planner
 (``plan_parallel.planners.presets``) plays the first decisions of a Pong
@@ -22,6 +23,7 @@ from typing import Any
 
 from plan_parallel.cli.bench.ceiling import RawCrew, parallel_ceiling
 from plan_parallel.cli.bench.common import make_workload, raw_loop
+from plan_parallel.cli.bench.roots import bench_roots
 from plan_parallel.cli.bench.timing import calls_lasting
 
 __all__ = ["ENV_ID", "bench_mcts"]
@@ -80,7 +82,7 @@ def bench_mcts(repeats: int, quick: bool, workers: int, decisions: int | None = 
                                          f"eff {statistics.median(x / c for x, c in zip(ratios, ceilings)):.2f}")
         lines.append(f"{k:<14} {statistics.median(rs):>7.2f} decisions/s  x inline {statistics.median(ratios):.2f}{tail}")
     lines.append(f"parallel ceiling at the end: {parallel_ceiling(workers):.2f}x")
-    return lines
+    return [*lines, "", *bench_roots(repeats, quick, workers)]
 
 
 def _seconds(fn: Callable[[], Any]) -> float:
