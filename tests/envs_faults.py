@@ -5,6 +5,7 @@ processes of every start method can unpickle them by reference.
 """
 from __future__ import annotations
 
+import os
 import time
 from typing import Any
 
@@ -42,6 +43,16 @@ class SlowBuildEnv(CounterEnv):
         time.sleep(self.first_step_delay)
         self.first_step_delay = 0.0
         return super().step(action)
+
+
+class HangsOnceMarkedEnv(CounterEnv):
+    """A :class:`CounterEnv` whose build hangs (sleeps an hour) while the file ``marker`` exists: a replacement
+    worker that cannot start."""
+
+    def __init__(self, marker: str, horizon: int = 1000) -> None:
+        if os.path.exists(marker):
+            time.sleep(3600)
+        super().__init__(horizon=horizon)
 
 
 class SlowOrRaisingEnv(CounterEnv):

@@ -32,7 +32,7 @@ import plan_parallel as pp
 from plan_parallel.errors import ClosedError, RemoteError, WorkerCrashedError, WorkerTimeoutError
 from tests.deadline import call_with_deadline
 from tests.envs import CounterEnv, FaultyEnv
-from tests.envs_faults import SlowBuildEnv, SlowOrRaisingEnv
+from tests.envs_faults import HangsOnceMarkedEnv, SlowBuildEnv, SlowOrRaisingEnv
 from tests.helpers import assert_batches_equal, assert_fails_as_inline, assert_tree_equal
 
 pytestmark = pytest.mark.usefixtures("no_leaks_module", "no_leaks")
@@ -358,6 +358,21 @@ def test_a_call_waiting_for_a_replacement_gets_its_whole_timeout() -> None:
         got = call_with_deadline(lambda: env.step_batch(acts, states=[s0] * 4), 20.0, "step_batch")
         assert_batches_equal(got, oracle.step_batch(acts, states=[s0] * 4))
         assert env.stats["restarts"] == 1 and env.stats["timeouts"] == 0
+
+
+@pytest.mark.timeout(60)
+def test_a_replacement_that_cannot_start_fails_the_waiting_call_within_its_timeout(tmp_path: Path) -> None:
+    """Issue 51: the call waiting for a replacement that never builds its env fails after the env's timeout
+    (or twice the first build's time, if longer), not after the 120 s a first start may take."""
+    marker = tmp_path / "hang"
+    with pp.make(HangsOnceMarkedEnv, n_workers=2, timeout=1.0, small_batch_inline=False, marker=str(marker)) as env:
+        s0 = env.reset(seed=0)[0]
+        marker.touch()
+        _kill(env.pids[1])
+        started = time.monotonic()
+        with pytest.raises(pp.WorkerTimeoutError, match=r"worker 1 .*did not build its env within 1 s"):
+            call_with_deadline(lambda: env.step_batch(np.zeros(8, dtype=np.int64), states=[s0] * 8), 30.0)
+        assert time.monotonic() - started < 10
 
 
 @pytest.mark.timeout(60)

@@ -73,16 +73,26 @@ class Slot:
     held: State | None = None  # the state this worker holds, as far as what was sent says
     table: Table | None = None  # the states it holds for the chunks (wire.held); None: it holds none
     started_at: float = 0.0
+    build_seconds: float = 0.0  # how long this slot's last worker took to build its env (0: none has yet)
 
     @property
     def active(self) -> bool:
         """Something is due from this worker: its READY reply, or an answer to its queue's head."""
         return self.state is SlotState.STARTING or (self.state is SlotState.READY and bool(self.queue))
 
+    def start_limit(self, timeout: float | None) -> float:
+        """Seconds this worker may take to build its env: :data:`START_TIMEOUT`; or, when the env has a
+        ``timeout`` and a call waits for this worker (a replacement), the longer of that timeout and twice
+        the time the slot's last worker took to build it (a replacement that cannot start fails the call
+        within its timeout; one as slow to build as the first did is waited for)."""
+        if timeout is None or not self.queue:
+            return START_TIMEOUT
+        return min(START_TIMEOUT, max(timeout, 2 * self.build_seconds))
+
     def due(self, timeout: float | None) -> float | None:
         """When this worker is overdue (``time.monotonic()`` time), or None when it has no deadline."""
         if self.state is SlotState.STARTING:
-            return self.started_at + START_TIMEOUT
+            return self.started_at + self.start_limit(timeout)
         if self.state is SlotState.READY and self.queue and timeout is not None and self.queue[0].written:
             return self.queue[0].sent_at + timeout
         return None
@@ -155,6 +165,7 @@ class Slot:
 
     def ready(self) -> None:
         """The worker built its env: it starts on its queue now; write what can be written."""
+        self.build_seconds = time.monotonic() - self.started_at
         self.state = SlotState.READY
         self._head_starts()
         self.write()

@@ -36,7 +36,7 @@ from typing import Any
 from plan_parallel.batch.at_exit import close_at_exit
 from plan_parallel.batch.feeder import QUEUED_PER_WORKER, Feeder
 from plan_parallel.batch.future import BatchFuture
-from plan_parallel.batch.parts import START_TIMEOUT, Part, Slot, SlotState
+from plan_parallel.batch.parts import Part, Slot, SlotState
 from plan_parallel.errors import ClosedError, WorkerCrashedError, WorkerTimeoutError, failed_item
 from plan_parallel.interrupts import ctrl_c_deferred
 from plan_parallel.state import State
@@ -94,7 +94,7 @@ class WorkerPool:
 
         Raises:
             WorkerCrashedError: a worker died while building its env.
-            WorkerTimeoutError: a worker did not build its env within START_TIMEOUT.
+            WorkerTimeoutError: a worker did not build its env within ``parts.START_TIMEOUT``.
             Exception: whatever building the env raised in a worker (its own type).
         """
         with self._guarded():
@@ -344,7 +344,7 @@ class WorkerPool:
                 continue
             if slot.state is SlotState.STARTING:
                 slot.worker.kill()
-                self._break(f"{slot.worker.name} did not build its env within {START_TIMEOUT:.0f} s",
+                self._break(f"{slot.worker.name} did not build its env within {slot.start_limit(self.timeout):g} s",
                             timeout=True)
             else:
                 head = slot.queue[0]
