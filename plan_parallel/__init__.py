@@ -11,6 +11,7 @@ Where to start (each has its own ``help()``):
   values, ``step_batch`` / ``rollout_batch`` many items): a :class:`PlanEnv` (``backend="inline"``) or a
   :class:`BatchEnv` (``"process"``, ``"ray"``).
 - :func:`make_vec`: a ``gymnasium.vector.VectorEnv`` over the same workers.
+- :class:`ExecutionPolicy`: where and how fast batches run (worker count, placement, opt-in host settings).
 - :func:`check_clonable`: prove or refute that an env's states replay bit-identically (run it on your own env).
 - :func:`get_state` / :func:`set_state`: the complete state of any gymnasium env, without ``make``.
 - :class:`State`, :class:`StepBatch`, :class:`RolloutBatch`: what the calls return.
@@ -25,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 from gymnasium.vector import AutoresetMode
 
 from plan_parallel.batch import BatchEnv
+from plan_parallel.batch.policy import ExecutionPolicy
 from plan_parallel.build import BACKENDS, make
 from plan_parallel.env.plan_env import PlanEnv
 from plan_parallel.errors import (
@@ -51,6 +53,7 @@ __all__ = [
     "BatchEnv",
     "ClosedError",
     "EnvFactory",
+    "ExecutionPolicy",
     "PlanEnv",
     "PlanParallelError",
     "RemoteTraceback",
@@ -84,10 +87,11 @@ def make_vec(
     max_restarts: int | None = None,
     context: str | None = None,
     adapter: Any = None,
-    small_batch_inline: bool = True,
+    small_batch_inline: bool | None = None,
     address: str | None = None,
     worker_options: dict | None = None,
     pin_workers: bool | None = None,
+    execution: ExecutionPolicy | None = None,
     **env_kwargs: Any,
 ) -> PlanVectorEnv:
     """A ``gymnasium.vector.VectorEnv`` of ``num_envs`` sub-envs stepped by planning workers, with
@@ -109,7 +113,7 @@ def make_vec(
         copy: return a fresh observation array every call (as ``SyncVectorEnv``'s ``copy``).
         timeout, context, adapter, small_batch_inline, address, worker_options: as :func:`make`.
         max_restarts: dead workers replaced over the env's life (default 3 with ``recover``).
-        pin_workers: as :func:`make`, but False by default here.
+        pin_workers, execution: as :func:`make` (the same defaults).
         **env_kwargs: passed to ``gymnasium.make`` (or to the callable).
 
     The full description is :class:`plan_parallel.vector.PlanVectorEnv`'s.
@@ -123,5 +127,5 @@ def make_vec(
         env, num_envs, env_fns=env_fns, n_workers=n_workers, backend=backend, autoreset_mode=autoreset_mode,
         observation_mode=observation_mode, recover=recover, copy=copy, timeout=timeout, max_restarts=max_restarts,
         context=context, adapter=adapter, small_batch_inline=small_batch_inline, address=address,
-        worker_options=worker_options, pin_workers=pin_workers, **env_kwargs,
+        worker_options=worker_options, pin_workers=pin_workers, execution=execution, **env_kwargs,
     )

@@ -6,6 +6,7 @@ import inspect
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Literal, overload
 
+from plan_parallel.batch.policy import ExecutionPolicy
 from plan_parallel.env.plan_env import PlanEnv
 from plan_parallel.factory import EnvFactory
 from plan_parallel.state.identity import env_creator
@@ -24,22 +25,25 @@ BACKENDS = ("inline", "process", "ray")
 @overload
 def make(env: str | Callable[..., Any], *, backend: Literal["inline"], n_workers: int | None = ...,
          timeout: float | None = ..., max_restarts: int = ..., context: str | None = ..., adapter: Any = ...,
-         small_batch_inline: bool = ..., address: str | None = ..., worker_options: dict | list[dict] | None = ...,
-         pin_workers: bool | None = ..., check: bool = ..., **env_kwargs: Any) -> PlanEnv: ...
+         small_batch_inline: bool | None = ..., address: str | None = ..., worker_options: dict | list[dict] | None = ...,
+         pin_workers: bool | None = ..., execution: ExecutionPolicy | None = ..., check: bool = ...,
+         **env_kwargs: Any) -> PlanEnv: ...
 
 
 @overload
 def make(env: str | Callable[..., Any], *, backend: Literal["process", "ray"] = ..., n_workers: int | None = ...,
          timeout: float | None = ..., max_restarts: int = ..., context: str | None = ..., adapter: Any = ...,
-         small_batch_inline: bool = ..., address: str | None = ..., worker_options: dict | list[dict] | None = ...,
-         pin_workers: bool | None = ..., check: bool = ..., **env_kwargs: Any) -> BatchEnv: ...
+         small_batch_inline: bool | None = ..., address: str | None = ..., worker_options: dict | list[dict] | None = ...,
+         pin_workers: bool | None = ..., execution: ExecutionPolicy | None = ..., check: bool = ...,
+         **env_kwargs: Any) -> BatchEnv: ...
 
 
 @overload
 def make(env: str | Callable[..., Any], *, backend: str = ..., n_workers: int | None = ...,
          timeout: float | None = ..., max_restarts: int = ..., context: str | None = ..., adapter: Any = ...,
-         small_batch_inline: bool = ..., address: str | None = ..., worker_options: dict | list[dict] | None = ...,
-         pin_workers: bool | None = ..., check: bool = ..., **env_kwargs: Any) -> PlanEnv | BatchEnv: ...
+         small_batch_inline: bool | None = ..., address: str | None = ..., worker_options: dict | list[dict] | None = ...,
+         pin_workers: bool | None = ..., execution: ExecutionPolicy | None = ..., check: bool = ...,
+         **env_kwargs: Any) -> PlanEnv | BatchEnv: ...
 
 
 def make(
@@ -51,10 +55,11 @@ def make(
     max_restarts: int = 3,
     context: str | None = None,
     adapter: Any = None,
-    small_batch_inline: bool = True,
+    small_batch_inline: bool | None = None,
     address: str | None = None,
     worker_options: dict | list[dict] | None = None,
     pin_workers: bool | None = None,
+    execution: ExecutionPolicy | None = None,
     check: bool = False,
     **env_kwargs: Any,
 ) -> PlanEnv | BatchEnv:
@@ -71,14 +76,15 @@ def make(
             (called with ``env_kwargs``).
         backend: ``"inline"`` (this process; the reference), ``"process"``
             (worker processes on this machine, the default) or ``"ray"``.
-        n_workers: worker count for the parallel backends (default: CPU count);
-            ignored by ``"inline"``.
+        n_workers: worker count for the parallel backends (default: the CPUs this process may use: its
+            affinity, its container's CPU quota, or ``PLAN_PARALLEL_WORKERS``); ignored by ``"inline"``.
         timeout: seconds a worker call may take (None: no limit).
         max_restarts: how many times dead workers are replaced over the env's life.
         context: multiprocessing start method (``"fork"``, ``"spawn"``, ``"forkserver"``).
         adapter: an :class:`~plan_parallel.state.Adapter` class overriding the registered one.
-        small_batch_inline: (process and ray backends) run batches too small to gain
-            from workers in this process; turn off when env code may crash or hang it.
+        small_batch_inline: (process and ray backends) False: every batch on the workers (turn it
+            off when env code may crash or hang the calling process); by default a batch with under
+            ~1 ms of env time runs in this process (``execution`` says how).
         address: (ray) the cluster to join: ``"auto"``, ``"host:port"`` or
             ``"ray://host:port"``. None: the connection this process already has, or
             else a private local Ray instance started quietly (never someone else's).
@@ -86,8 +92,11 @@ def make(
             ``{"num_cpus": 1, "scheduling_strategy": "SPREAD"}``, or a list of one dict per
             worker, e.g. ``[{"resources": {"head": 0.01}}, {"resources": {"node2": 0.01}}]``
             to place each worker on a given node.
-        pin_workers: (process) keep worker i on the i-th core this process may use. None
-            (default): pinned when the workers are as many as those cores (Linux).
+        pin_workers: (process) keep worker i on the i-th core this process may use (default: no).
+        execution: an :class:`~plan_parallel.ExecutionPolicy`: where and how fast batches run (the
+            worker count, where a batch runs, opt-in host settings such as pinning); the options
+            ``n_workers``, ``small_batch_inline`` and ``pin_workers`` are its shorthands. The
+            default changes nothing outside the library; ``ExecutionPolicy.tuned()`` is the tuned profile.
         check: before anything starts, build one env here and replay one step from a restored
             state against the live step (a cheap check of your own env's ``get_state``;
             :func:`plan_parallel.check_clonable` is the thorough one).
@@ -109,6 +118,8 @@ def make(
     if not isinstance(max_restarts, int) or isinstance(max_restarts, bool) or max_restarts < 0:
         raise ValueError(f"max_restarts must be an integer >= 0, got {max_restarts!r}")
     check_pin_workers(pin_workers)  # on every backend, as the options above
+    if execution is not None and not isinstance(execution, ExecutionPolicy):
+        raise TypeError(f"execution must be an ExecutionPolicy or None, got {type(execution).__name__}")
     factory = EnvFactory(env, env_kwargs)
     check_env_kwargs(factory)
     if check is not False:
@@ -131,6 +142,7 @@ def make(
         address=address,
         worker_options=worker_options,
         pin_workers=pin_workers,
+        execution=execution,
     )
 
 

@@ -39,8 +39,9 @@ class NodeEnv(SlowEnv):
     """A :class:`SlowEnv` that records which Ray node hosts it.
 
     At construction it writes the node id into ``<record_dir>/<pid>``, so a
-    test maps ``env.pids`` to nodes through the public API only. Outside Ray
-    (the inline oracle) nothing is written.
+    test maps ``env.pids`` to nodes through the public API only. Built outside an
+    actor in a process connected to Ray (the driver), it appends the pid to
+    ``<record_dir>/outside-actors``; outside Ray nothing is written.
     """
 
     def __init__(self, record_dir: str, delay: float = 0.0, horizon: int = 1000) -> None:
@@ -50,6 +51,9 @@ class NodeEnv(SlowEnv):
         if ray.is_initialized() and ray.get_runtime_context().get_actor_id() is not None:  # inside an actor
             with open(os.path.join(record_dir, str(os.getpid())), "w") as f:
                 f.write(ray.get_runtime_context().get_node_id())
+        elif ray.is_initialized():
+            with open(os.path.join(record_dir, "outside-actors"), "a") as f:
+                f.write(f"{os.getpid()}\n")
 
 
 class BigStateEnv(SlowEnv):

@@ -109,6 +109,22 @@ def main() -> dict:
             env.set_state(states[5])
             ref.set_state(states[5])
             assert_batches_equal(env.step_batch(acts[:6], dt=2), ref.step_batch(acts[:6], dt=2))
+
+            # Issue 51: with the default options, a cluster's env is never built in the driver (which may lack
+            # its dependencies): small batches, which the default rule runs here on a local machine, and
+            # set_state, whose check needs no env, all run on the actors.
+            alone = tempfile.mkdtemp(prefix="pp-driver-", dir=record_dir)
+            env.close()  # its actors hold the head's two CPUs
+            with pp.make(NodeEnv, backend="ray", n_workers=2, address=cluster.address,
+                         worker_options={"num_cpus": 1}, record_dir=alone) as plain:
+                plain.reset(seed=0)
+                plain.set_state(states[3])
+                for _ in range(20):
+                    assert_batches_equal(plain.step_batch(acts[:2], states=states[:2]),
+                                         ref.step_batch(acts[:2], states=states[:2]))
+                out["driver_builds"] = Path(alone, "outside-actors").read_text().split() \
+                    if Path(alone, "outside-actors").exists() else []
+            assert out["driver_builds"] == [], out["driver_builds"]
         out["ok"] = True
     finally:
         t0 = time.monotonic()

@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parent.parent
 # on a vector env's resident envs)
 BACKEND_HOOKS = {"observation_form", "rollout_raw", "run_raw", "step_from", "validate_all"}
 # what only a pool of workers has
-PARALLEL_ONLY = {"context", "max_restarts", "pids", "place_step", "rollout_batch_async", "run_placed_here",
+PARALLEL_ONLY = {"context", "execution", "max_restarts", "pids", "place_step", "rollout_batch_async", "run_placed_here",
                  "small_batch_inline", "step_batch_async",
                  "step_batch_checked_async", "timeout"}
 

@@ -662,10 +662,12 @@ def test_other_start_methods(context: str) -> None:
 @pytest.mark.timeout(90)
 @pytest.mark.skipif(not hasattr(os, "sched_getscheduler"), reason="scheduling policies are Linux's")
 @pytest.mark.parametrize("context", ["forkserver", "fork", "spawn"])
-def test_workers_run_as_batch_processes_and_the_caller_keeps_its_policy(context: str) -> None:
-    """A worker woken by a call must not preempt the process that sent it (see the README, *Worker processes*)."""
+def test_workers_run_as_batch_processes_when_asked_and_the_caller_keeps_its_policy(context: str) -> None:
+    """The execution policy's opt-in ``batch_scheduling``: a worker woken by a call does not preempt the
+    process that sent it (docs/measurements.md, *Worker processes*); by default see test_host_settings."""
     mine = os.sched_getscheduler(0)
-    with pp.make(CounterEnv, n_workers=2, small_batch_inline=False, context=context) as env:
+    policy = pp.ExecutionPolicy(placement="workers", batch_scheduling=True)
+    with pp.make(CounterEnv, n_workers=2, execution=policy, context=context) as env:
         env.reset(seed=0)
         for pid in env.pids:
             assert pid is not None and os.sched_getscheduler(pid) == os.SCHED_BATCH, (pid, context)

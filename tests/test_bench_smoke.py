@@ -62,17 +62,18 @@ def test_the_process_suite_prints_each_rows_own_ceiling_beside_its_ratios() -> N
 
     lines = bench_process(1, True, 2, [("CartPole-v1", "CartPole-v1", {})])
     header = next(ln for ln in lines if ln.startswith("workload"))
-    assert header.split()[9:13] == ["proc/inl", "wrk/inl", "ceiling", "eff"], header
+    assert header.split()[9:14] == ["proc/inl", "wrk/inl", "tun/proc", "ceiling", "eff"], header
     rows = [ln.split() for ln in lines if ln.startswith("CartPole-v1 ") and "AsyncVectorEnv" not in ln]
     assert [(r[1], r[2]) for r in rows] == [("8", "1"), ("64", "1")], lines
     for r in rows:
-        proc_inl, ceiling, eff = float(r[9]), float(r[11]), float(r[12])
+        proc_inl, tuned, ceiling, eff = float(r[9]), float(r[11]), float(r[12]), float(r[13])
+        assert tuned > 0, r  # the tuned profile ran beside the default
         assert 0.2 < ceiling < 4.0, r  # the crew ran: W processes, each as fast as one or a few times slower
         assert eff == pytest.approx(proc_inl / ceiling, abs=0.02), r
-    assert header.split()[16:20] == ["wrk", "bound", "raw", "swing"], header
+    assert header.split()[17:21] == ["wrk", "bound", "raw", "swing"], header
     for r in rows:
-        assert 0.0 < float(r[14]) < 8.0, r  # 2 cores' worth of the workers' and the caller's CPU, per inline item
-        assert float(r[15]) >= 1.0, r  # the raw loop's slowest sample ÷ its fastest
+        assert 0.0 < float(r[15]) < 8.0, r  # 2 cores' worth of the workers' and the caller's CPU, per inline item
+        assert float(r[16]) >= 1.0, r  # the raw loop's slowest sample ÷ its fastest
     trip = next(ln for ln in lines if ln.startswith("round trip of a call"))
     wall, caller, workers = re.search(r"CartPole-v1: (\d+) us \((\d+)/(\d+) us\)", trip).groups()  # type: ignore[union-attr]
     assert int(wall) > 0 and int(caller) > 0 and int(workers) > 0, trip  # the workers ran each call

@@ -33,6 +33,7 @@ BACKENDS = [("inline", 1), ("process", 1), ("process", 2)]
 BACKEND_IDS = ["inline", "process-W1", "process-W2"]
 INLINE_AND_W2 = pytest.mark.parametrize("backend,w", [("inline", 1), ("process", 2)], ids=["inline", "process-W2"])
 SEED = 7
+ADAPTIVE = pp.ExecutionPolicy(placement="adaptive")  # the measured placement, which shares steps with this process
 
 
 # ---------------------------------------------------------------------------- test envs
@@ -104,7 +105,7 @@ def oracle(env: Any, n: int, mode: AutoresetMode, bound: bool = False, **kw: Any
 
 
 def make(env: Any, n: int, mode: AutoresetMode, backend: str, w: int, **kw: Any) -> pp.vector.PlanVectorEnv:
-    if backend != "inline":
+    if backend != "inline" and "execution" not in kw:
         kw.setdefault("small_batch_inline", False)  # every step on the workers
     return pp.make_vec(env, n, n_workers=w, backend=backend, autoreset_mode=mode, **kw)
 
@@ -139,11 +140,11 @@ def drive(vec: Any, ref: SyncVectorEnv, steps: int, seed: int = 0) -> None:
 
 @pytest.mark.timeout(120)
 def test_step_may_be_shared_with_this_process_and_step_async_is_not() -> None:
-    """Default options: the tuner's first steps measure each place in turn, "share" among them (the
+    """The adaptive placement: the tuner's first steps measure each place in turn, "share" among them (the
     calling process runs the last chunk of the 7 sub-envs' step); step_async's futures never share."""
     n = 7
     ref = oracle(CounterEnv, n, AutoresetMode.NEXT_STEP, horizon=10**6)
-    with pp.make_vec(CounterEnv, n, n_workers=2, horizon=10**6) as vec:
+    with pp.make_vec(CounterEnv, n, n_workers=2, horizon=10**6, execution=ADAPTIVE) as vec:
         same(vec.reset(seed=SEED), ref.reset(seed=SEED), "reset")
         rng = np.random.default_rng(3)
         for t in range(12):
@@ -208,13 +209,13 @@ def test_pong_rgb_and_sticky_actions(backend: str, w: int) -> None:
 
 @pytest.mark.timeout(180)
 def test_shared_pong_rgb_steps_make_their_rows_on_resident_and_kept_envs() -> None:
-    """Default options on W=2: the first steps try each place, three of them shared. There this process's
+    """The adaptive placement on W=2: the first steps try each place, three of them shared. There this process's
     pieces step its resident envs and the worker's chunk its kept envs, and both make the RGB observations
     in the step's lent rows. Every step equals SyncVectorEnv's (sticky actions: envs bound as
     plan_parallel binds them)."""
     rgb = {"max_episode_steps": 10}
     ref = oracle("ALE/Pong-v5", 4, AutoresetMode.NEXT_STEP, bound=True, **rgb)
-    with make("ALE/Pong-v5", 4, AutoresetMode.NEXT_STEP, "process", 2, small_batch_inline=True, **rgb) as vec:
+    with make("ALE/Pong-v5", 4, AutoresetMode.NEXT_STEP, "process", 2, execution=ADAPTIVE, **rgb) as vec:
         drive(vec, ref, 16)
         assert vec.stats["shared_batches"] >= 3 and vec.stats["shared_items"] > 0 and vec.stats["lent_batches"] > 0
     ref.close()
@@ -232,14 +233,14 @@ def test_sticky_pong_rgb_stepped_here_makes_its_screens_in_the_rows() -> None:
 
 
 @pytest.mark.timeout(60)
-@pytest.mark.parametrize("backend, w, kw", [("inline", 1, {}), ("process", 2, {}), ("process", 2, {"small_batch_inline": True})],
-                         ids=["inline", "process-W2", "process-W2-default"])
+@pytest.mark.parametrize("backend, w, kw", [("inline", 1, {}), ("process", 2, {}), ("process", 2, {"execution": ADAPTIVE})],
+                         ids=["inline", "process-W2", "process-W2-adaptive"])
 @pytest.mark.parametrize("copy", [True, False], ids=["copy", "no-copy"])
 def test_observations_returned_to_the_caller_are_not_the_states_own(backend: str, w: int, kw: dict, copy: bool) -> None:
     """The sub-envs' states keep their observations (on the workers, rows of the step's lent slab): the caller
     writing into the observations it got back (or, without copy, the vector env's own buffer) leaves the
-    states as they were, after steps on the workers, here and (default options: the tuner tries each place
-    in turn, the shared one third) shared. (A version that made the screens in the returned rows here failed this.)"""
+    states as they were, after steps on the workers, here and (the adaptive placement: the tuner tries each
+    place in turn, the shared one third) shared. (A version that made the screens in the returned rows here failed this.)"""
     with make("ALE/Pong-v5", 2, AutoresetMode.NEXT_STEP, backend, w, max_episode_steps=10, copy=copy, **kw) as vec:
         vec.reset(seed=SEED)
         for _ in range(3):

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import logging
 import multiprocessing as mp
-import os
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -25,6 +24,7 @@ from plan_parallel.batch.future import BatchFuture
 from plan_parallel.batch.jobs import checked_job, rollout_job, step_job
 from plan_parallel.batch.parts import dumps
 from plan_parallel.batch.placement import Decision, Placement
+from plan_parallel.batch.policy import ExecutionPolicy
 from plan_parallel.batch.pool import WorkerPool
 from plan_parallel.batch.tuner import Tuner
 from plan_parallel.env.loops import UniformPolicy
@@ -35,12 +35,14 @@ from plan_parallel.results import RolloutBatch, StepBatch, step_batch_of, writab
 from plan_parallel.state import State, StateBatch
 from plan_parallel.wire.codec import Job
 from plan_parallel.wire.messages import Op
-from plan_parallel.workers.backends import select_backend
+from plan_parallel.workers.backends import HostSettings, select_backend
 from plan_parallel.workers.process import default_context
 
 __all__ = ["BatchEnv"]
 
 log = logging.getLogger("plan_parallel")
+# The tuner's mode for each placement of the execution policy.
+TUNER_MODES = {"rule": "rule", "adaptive": "auto", "workers": "workers", "here": "here"}
 STEP_OP = Op.STEP_BATCH.value  # the tuner's name of step batches (read once: an Enum's value is slow to read)
 
 
@@ -62,18 +64,20 @@ class BatchEnv:
     Args:
         factory: a picklable env factory (:class:`~plan_parallel.factory.EnvFactory`).
         backend: ``"process"`` or ``"ray"``.
-        n_workers: workers (default: the CPU count).
+        n_workers: workers (a shorthand of the execution policy's; default: the CPUs this process may use).
         timeout: seconds a worker call may take (None: no limit). With a
             timeout every batch runs on the workers, where the timeout can act.
         max_restarts: dead or hung workers replaced over the env's life.
         context: ``"fork"``, ``"spawn"`` or ``"forkserver"`` (default: forkserver where available).
         adapter: an Adapter class overriding the registered one.
-        small_batch_inline: run batches too small to gain from workers in this
-            process, and a share of larger ones (decided from measured times).
-            Turn it off when env code may crash or hang the calling process.
+        small_batch_inline: False: every batch on the workers (a shorthand of the policy's
+            ``placement="workers"``). Turn it off when env code may crash or hang the calling process.
         address, worker_options: Ray's cluster address and actor options (see :func:`plan_parallel.make`).
-        pin_workers: keep each process worker on a core of its own (see :func:`plan_parallel.make`).
-        tuner: decides where batches run and their chunks (default: from the options above).
+        pin_workers: keep each process worker on a core of its own (a shorthand of the policy's).
+        execution: where and how fast batches run (:class:`~plan_parallel.batch.policy.ExecutionPolicy`;
+            default: its defaults, which change nothing outside the library). The one in force, with the
+            shorthands above applied, is :attr:`execution`.
+        tuner: decides where batches run and their chunks (default: the execution policy's; for tests).
 
     Raises:
         StateError: no adapter captures the env; the env's own error if building it fails.
@@ -89,35 +93,43 @@ class BatchEnv:
         max_restarts: int = 3,
         context: str | None = None,
         adapter: Any = None,
-        small_batch_inline: bool = True,
+        small_batch_inline: bool | None = None,
         address: str | None = None,
         worker_options: dict | Sequence[dict] | None = None,
         pin_workers: bool | None = None,
+        execution: ExecutionPolicy | None = None,
         tuner: Tuner | None = None,
     ) -> None:
         if context is not None and context not in mp.get_all_start_methods():
             raise ValueError(f"context must be one of {mp.get_all_start_methods()} or None, got {context!r}")
-        n = n_workers or os.cpu_count() or 1
+        if execution is not None and not isinstance(execution, ExecutionPolicy):
+            raise TypeError(f"execution must be an ExecutionPolicy or None, got {type(execution).__name__}")
         if tuner is not None and tuner.mode in ("here", "share") and timeout is not None:
             raise ValueError("a timeout cannot act on items run in this process: give timeout=None with "
                              f"mode {tuner.mode!r}")
+        policy = (execution or ExecutionPolicy()).with_options(n_workers, small_batch_inline, pin_workers, timeout)
+        n = policy.n_workers
+        assert n is not None  # (with_options fills it in)
+        #: The execution policy in force: the one given, with the shorthand options applied and the worker count.
+        self.execution = policy
         self.backend = backend
         self.timeout = timeout
         self.max_restarts = max_restarts
-        self.small_batch_inline = small_batch_inline
         self.context = context or default_context()
         self._factory = factory
         self._state: State | None = None
+        host = HostSettings(policy.pin_workers, policy.batch_scheduling, policy.move_caller)
         chosen = select_backend(backend, cloudpickle.dumps((factory, adapter)), n, self.context, address,
-                                worker_options, pin_workers)
+                                worker_options, host)
         self._where = chosen.where
+        self._workers_here = chosen.workers_here
         self._pool = WorkerPool(chosen.new_worker, chosen.worker_type, n, timeout, max_restarts)
         self.stats = self._pool.stats
         self.stats.update({"items": 0, "batches": 0, "inline_batches": 0, "shared_batches": 0, "shared_items": 0,
                            "ipc_seconds": 0.0, "lent_batches": 0})
         self._placement = Placement(
-            self._pool, tuner or Tuner(n, "auto" if small_batch_inline and timeout is None else "workers",
-                                       chunk_seconds=chosen.worker_type.chunk_seconds, workers_here=chosen.workers_here),
+            self._pool, tuner or Tuner(n, TUNER_MODES[policy.placement], chunk_seconds=chosen.worker_type.chunk_seconds,
+                                       workers_here=chosen.workers_here, here_below=policy.here_below),
             lambda: PlanEnv(factory, adapter=adapter), self.stats)
         try:
             info = self._pool.start()
@@ -138,8 +150,16 @@ class BatchEnv:
         return len(self._pool.slots)
 
     @property
+    def small_batch_inline(self) -> bool:
+        """Whether small batches may run in this process (False: the policy's placement is ``"workers"``)."""
+        return self.execution.placement != "workers"
+
+    @property
     def pids(self) -> list[int | None]:
-        """The worker processes' pids (they change when a worker is replaced; after :meth:`close`, the last ones)."""
+        """The worker processes' pids (they change when a worker is replaced; after :meth:`close`, the last ones).
+
+        None for a worker whose pid is not known: a Ray actor reports its pid when it has built its env, so a
+        replacement actor still starting (or one that died before it was ready) has None."""
         return [s.worker.pid if s.worker is not None else None for s in self._pool.slots]
 
     @property
@@ -159,12 +179,17 @@ class BatchEnv:
     def validate(self, state: State) -> None:
         """Check that ``state`` can restore this env (its kind, then its simulator part, in this process).
 
+        On a Ray cluster whose actors may run on other machines only the kind is checked here (the env is
+        never built in this process, which may lack its dependencies); a worker checks the rest when it
+        first restores the state.
+
         Raises:
             StateError: ``state`` belongs to another env or is malformed.
         """
         self._check_open()
         check_kind(state, self.kind)
-        self._placement.local().validate(state)
+        if self._workers_here:  # (a cluster's workers check the rest: the env is never built in its driver)
+            self._placement.local().validate(state)
 
     def uniform_policy(self) -> UniformPolicy:
         """The policy of ``rollout_batch(actions=None, policy=None)``: uniform random actions."""

@@ -1,7 +1,10 @@
-"""Tuner: where a batch runs (on the workers, here, or shared) and in how many chunks, from measured times.
+"""Tuner: where a batch runs (on the workers, here, or shared) and in how many chunks.
 
-A pure object: it is told what was measured and answers questions; it never
-runs, waits or times anything itself, so it is tested without processes.
+It carries out the execution policy's placement (:mod:`plan_parallel.batch.policy`): the default ``"rule"``
+mode (:meth:`Tuner.by_rule`), a forced place, or the opt-in ``"auto"`` mode, which measures each place and
+takes the fastest. A pure object: it is told what was measured and answers questions; it never runs, waits
+or times anything itself, so it is tested without processes. The measurements behind its constants are in
+``docs/measurements.md``, *The adaptive placement*.
 """
 from __future__ import annotations
 
@@ -16,46 +19,27 @@ __all__ = ["CHUNK_SECONDS", "EXPLORE_EVERY", "FIRST_SAMPLES", "HEAVY_ITEM_SECOND
 EXPLORE_EVERY = 32  # a place as fast as the fastest is re-measured after this many batches of its size class
 MAX_EXPLORE_FACTOR = 8  # and one r times slower after r**2 times as many (r at most this)
 FIRST_SAMPLES = 3  # each place is measured this many times before the fastest is chosen (the best one counts)
-# A batch's figure enters a place's EMA as at most this many times the current one. Replaying 7 traces of
-# per-batch times recorded at each place (Pong B=8 and 64, HalfCheetah B=8 and 64 (twice), CartPole B=512
-# (twice), two in the bench's own alternation): the batches' time ÷ the best single place's, mean 1.063 and
-# at most 1.107, against 1.084 and 1.118 without the limit (1.090 and 1.158 before places were settled on).
+# A batch's figure enters a place's EMA as at most this many times the current one (one slow batch must not
+# move the place in use behind the others: replayed traces, 1.063x the best place's time against 1.084x).
 MAX_RISE = 1.1
 # A worker's share is split into chunks of at least this much env time, unless its backend says
-# otherwise (Worker.chunk_seconds). A process worker's chunk costs ~0.6-0.9 ms of the calling
-# process's CPU on a 2-core VM (Pong B=64 on W=2: 3 chunks a worker took 63-83 us of caller CPU per
-# item, 1 chunk 38-50 us, at the same or better wall time).
+# otherwise (Worker.chunk_seconds): a process worker's chunk costs the calling process ~0.6-0.9 ms of CPU.
 CHUNK_SECONDS = 10e-3
-# Env time worth a message of its own. On this 2-core VM a chunk costs the caller ~0.1-0.4 ms of CPU
-# (A/B, W=2 workers only, 100 us vs 1 ms: 2 CartPole items 1,006 vs 746 us a call, caller 805 vs 700;
-# CartPole B=64 2,743 vs 2,581 us; HalfCheetah B=8 2,169 vs 2,133 us, caller 1,047 vs 794).
+# Env time worth a message of its own (a chunk costs the caller ~0.1-0.4 ms of CPU).
 MIN_CHUNK_SECONDS = 1e-3
 # While a place is settled on, one batch in this many is timed for its figure, which counts as this many
-# batches' (the same EMA, the same rise a batch). CartPole B=8 placed here (~150 us a call), two process envs
-# in one process, alternating 300-call samples, 60 rounds, 4 runs: every batch timed 0.886-0.905 of
-# inline's speed, one in four 0.914-0.924 (learning a batch costs ~2-3 us in place).
+# batches' (the same EMA, the same rise a batch): learning a batch costs ~2-3 us.
 SETTLED_TIMED_EVERY = 4
 # Items of at least this much env time each go to the workers without a figure being asked, where the workers
 # fill the cores (see Tuner.for_the_workers): a message costs the caller 10-25 us an item (Pong RGB), under
-# 2.5 % of such an item, and the caller's core is one a worker would use. MCTS on Pong (rollouts of 16 items,
-# ~5 ms each), paired in one process (20 episodes, two runs): rollouts 1.663 -> 1.710 and 1.571 -> 1.599x inline,
-# the episodes 1.607 -> 1.657 and 1.523 -> 1.548x: the figures, measured minutes apart on a machine whose second
-# core came and went, had put 26 of 124 rollouts in the share and 5 here.
+# 2.5 % of such an item.
 HEAVY_ITEM_SECONDS = 1e-3
 # And so do batches that give each worker at least this much env time (not a vector env's resident steps, which
-# run their own way here): a call's fixed costs (a round trip of 0.3-0.5 ms, the caller's ~1 ms of CPU, much of
-# it while the workers run) are then small against a second core, and the figures, three samples a place taken
-# in turns (each place cold after the other's batch), had settled on "here" in 1-6 of 8 rows of the bench (a
-# trial of the workers ~40 batches later; a row is ~50-200). One bench row (fresh envs, 7 alternating samples)
-# 8 times each, the default ÷ every batch on the workers, without / with the rule: CartPole B=512
-# 0.947 -> 1.044 (6 of 8 rows ~95 % here before), HalfCheetah B=64 0.921 -> 0.966, Pong B=64 1.005 -> 0.998
-# (another 8: 0.973 -> 0.990, 2 rows 94 % here before, at 1.00 and 1.02x inline against the workers' 1.52 and
-# 1.63); rows the rule leaves to the figures as before: CartPole B=64 dt=4 1.125 / 1.209, HalfCheetah B=8 dt=4
-# 1.413 / 1.385 (both run here). At 1.2 ms it took HalfCheetah B=8 dt=4 to the workers in 3 rows of 8 (a
-# worker's step time, learned from small chunks, holds their fixed costs): 1.05-1.17 against ~1.4 here.
+# run their own way here): a call's fixed costs (a round trip of 0.3-0.5 ms, the caller's ~1 ms of CPU) are then
+# small against a second core.
 WORKER_SHARE_SECONDS = 2e-3
 PLACES = ("workers", "here", "share")  # share: the workers take chunks from the front, this process from the back
-MODES = ("auto", *PLACES)
+MODES = ("rule", "auto", *PLACES)
 
 
 PLACE_INDEX = {p: j for j, p in enumerate(PLACES)}
@@ -110,29 +94,32 @@ class Tuner:
             is split in several (default: :data:`CHUNK_SECONDS`).
         workers_here: the workers run on this process's machine and use its ``cores`` (False: they may
             run elsewhere, a Ray cluster's nodes, and leave this process's core free).
-        mode: ``"auto"`` (measure each place per op and size class, take the
-            fastest), or one of :data:`PLACES` for every batch: ``"workers"``,
+        mode: ``"rule"`` (here when a batch's env time, by the workers' measured step time, is under
+            ``here_below`` seconds; else on the workers: :meth:`by_rule`), ``"auto"`` (measure each place per op
+            and size class, take the fastest), or one of :data:`PLACES` for every batch: ``"workers"``,
             ``"here"`` (in the calling process; for tests and debugging) or
             ``"share"`` (the workers and the calling process run chunks of the
             same batch).
+        here_below: the ``"rule"`` mode's threshold (seconds of env time a batch).
 
     Raises:
         ValueError: unknown mode, or n_workers < 1.
     """
 
     def __init__(self, n_workers: int, mode: str = "auto", cores: int | None = None,
-                 chunk_seconds: float | None = None, workers_here: bool = True) -> None:
+                 chunk_seconds: float | None = None, workers_here: bool = True, here_below: float = 1e-3) -> None:
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
         if n_workers < 1:
             raise ValueError(f"n_workers must be >= 1, got {n_workers!r}")
         self.n_workers = n_workers
         self.mode = mode
+        self.here_below = here_below
+        self.workers_here = workers_here
         self.chunk_seconds = CHUNK_SECONDS if chunk_seconds is None else chunk_seconds
         self.cores = cores or usable_cores()
         # A shared batch runs on the calling process and at most this many workers: one
-        # process per core (on 2 cores, the caller and 1 worker ran Pong 1.41x inline, the
-        # caller and 2 workers 1.20x: a third busy process only takes turns on the cores).
+        # process per core (a third busy process on 2 cores only takes turns on them).
         self.share_workers = max(1, min(n_workers, self.cores - 1))
         # This process adds no core to a batch: its workers are here and as many as the cores, or more.
         self.workers_fill_the_cores = workers_here and self.cores <= n_workers
@@ -148,6 +135,16 @@ class Tuner:
         vector env's step while some sub-envs reset) share a class, and its measurements.
         """
         return op, max(0, steps - 1).bit_length()
+
+    def by_rule(self, steps: int) -> str:
+        """Where the ``"rule"`` mode runs a batch of ``steps`` env steps: ``"here"`` when the workers have
+        reported their time per env step and the batch's (``steps`` times it) is under :attr:`here_below`, and
+        the workers run on this machine; else ``"workers"``. Only the workers' reports move the step time, so
+        a batch placed here stays here until they report again."""
+        step = self.step_seconds
+        if step is None or not self.workers_here or steps * step >= self.here_below:
+            return "workers"
+        return "here"
 
     def for_the_workers(self, steps: int, n: int, resident: bool = False) -> bool:
         """A batch of ``n`` items and ``steps`` env steps that runs on the workers with no figure asked or learned:
@@ -175,11 +172,9 @@ class Tuner:
         here, need no restore).
 
         Elsewhere a shared batch runs on as many processes as the workers alone, one of them this process
-        with a piece at a time and the replies handled between pieces. Forced places in alternating samples,
-        2 workers on 2 cores at 2461864 (31 samples each): Pong B=64 1.509x inline on the workers against
-        1.172x shared, CartPole B=512 1.232 against 1.116, HalfCheetah B=64 1.085 against 0.926 (15 samples:
-        HalfCheetah B=512 dt=4 1.717 against 1.500); the figures had put CartPole B=512 in the share in 211
-        of 308 batches (1.044x). A vector env's 8 Pongs stepped shared ran 1.142x as fast as on the workers.
+        with a piece at a time and the replies handled between pieces: Pong B=64 on 2 workers on 2 cores ran
+        1.509x inline on the workers against 1.172x shared, while a vector env's 8 Pongs stepped shared ran
+        1.142x as fast as on the workers.
         """
         return self.mode != "auto" or resident or not self.workers_fill_the_cores
 
@@ -197,28 +192,21 @@ class Tuner:
         being its time ÷ the fastest's (at most ``MAX_EXPLORE_FACTOR``). A close
         second stays current; a trial (two batches, below) costs the 2 (r - 1) batches'
         worth of time the place loses, so trials cost 2 (r - 1) / r**2 of a batch per
-        EXPLORE_EVERY batches: at most a half (r = 2), less the slower the place. (With r in
-        place of r**2 the cost was (r - 1) / r, near a whole batch per
-        EXPLORE_EVERY for each slow place: ~3 % of make_vec's 16-CartPole steps,
-        where the workers and shared places are 3.7-4.4 times slower than here.)
+        EXPLORE_EVERY batches: at most a half (r = 2), less the slower the place.
         A forced ``"share"`` mode gives ``"workers"``
         where it cannot share.
 
         Between trials the fastest place is settled on: the batches until the next
         trial falls due are counted when it is decided, and placed without comparing
         the figures again (a place's figure that changes their order, :meth:`learn`,
-        unsettles it). Each batch placed costs ~0.3 us instead of ~4 (CartPole B=8,
-        where a batch runs here in ~90 us). One settled batch in :data:`SETTLED_TIMED_EVERY`
-        is timed, and counts as that many batches.
+        unsettles it): a batch placed costs ~0.3 us instead of ~4. One settled batch in
+        :data:`SETTLED_TIMED_EVERY` is timed, and counts as that many batches.
 
         A trial is two batches, and only the second is learned: the first pays for
         the place having been idle (its workers asleep and their caches cold, or a
-        vector env's resident envs restoring every sub-env), which measured alone
-        kept a faster place looking slower (make_vec, 8 Pongs: the workers ran
-        370-390 us a step in a streak and 580-830 in single trials, against 450-490
-        here).
+        vector env's resident envs restoring every sub-env).
         """
-        if self.mode != "auto":
+        if self.mode != "auto":  # (the "rule" mode's batches are placed by by_rule, not here)
             return self.mode if can_share or self.mode != "share" else "workers", 1
         figures = self._figures.get(size_class) or self._figures.setdefault(size_class, Figures())
         m = len(PLACES) if can_share else 2
@@ -319,8 +307,7 @@ class Tuner:
 
     def learn_step(self, seconds_per_step: float) -> None:
         """Record the env time per step the workers reported for a batch (an EMA; a figure under half the current
-        one replaces it, as in :meth:`learn`: a vector env's first step, which builds the envs the workers keep,
-        took 97-159 ms an env step of 4 Pongs against 0.4-0.8 ms after, and the EMA took ~20 batches to forget it)."""
+        one replaces it, as in :meth:`learn`: a first step that builds the envs the workers keep must not linger)."""
         old = self.step_seconds
         self.step_batches += 1
         if old is None or seconds_per_step < 0.5 * old:

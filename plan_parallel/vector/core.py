@@ -85,10 +85,11 @@ class VectorCore(VectorAttrs, VectorEnv):  # type: ignore[misc]  # np_random(_se
         max_restarts: int | None = None,
         context: str | None = None,
         adapter: Any = None,
-        small_batch_inline: bool = True,
+        small_batch_inline: bool | None = None,
         address: str | None = None,
         worker_options: dict | None = None,
         pin_workers: bool | None = None,
+        execution: Any = None,
         **env_kwargs: Any,
     ) -> None:
         """Build the recipe groups (planning envs and envs here); no sub-env is reset yet (call :meth:`reset`).
@@ -110,8 +111,8 @@ class VectorCore(VectorAttrs, VectorEnv):  # type: ignore[misc]  # np_random(_se
             recover: replace a worker that dies and replay its items (the step gives
                 the same result); False: a death raises :class:`~plan_parallel.WorkerCrashedError`.
             copy: return a fresh observation array every call (as SyncVectorEnv's ``copy``).
-            timeout, context, adapter, small_batch_inline, address, worker_options, pin_workers:
-                options of :func:`plan_parallel.make`; ``pin_workers`` is False by default here (see below).
+            timeout, context, adapter, small_batch_inline, address, worker_options, pin_workers, execution:
+                options of :func:`plan_parallel.make`, with the same defaults.
             max_restarts: dead workers replaced over the env's life (default 3 with
                 ``recover``; 0 or None without).
             **env_kwargs: passed to ``gymnasium.make`` (or to the callable).
@@ -137,11 +138,10 @@ class VectorCore(VectorAttrs, VectorEnv):  # type: ignore[misc]  # np_random(_se
         except ValueError:
             raise ValueError(f"autoreset_mode must be one of {[m.value for m in AutoresetMode]}, "
                              f"got {autoreset_mode!r}") from None
-        if pin_workers is None and backend == "process":
-            pin_workers = False  # steps shared with this process ran slower pinned (docs/measurements.md: Worker processes)
         options = check_plan_options(recover, max_restarts, backend=backend, n_workers=n_workers, timeout=timeout,
                                      context=context, adapter=adapter, address=address, worker_options=worker_options,
-                                     small_batch_inline=small_batch_inline, pin_workers=pin_workers)
+                                     small_batch_inline=small_batch_inline, pin_workers=pin_workers,
+                                     execution=execution)
         self.num_envs = int(num_envs)
         self.autoreset_mode = mode
         self.recover = recover

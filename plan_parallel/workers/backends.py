@@ -11,9 +11,18 @@ from dataclasses import dataclass
 from typing import Any
 
 from plan_parallel.workers.base import Worker
-from plan_parallel.workers.cores import check_pin_workers, worker_cores
+from plan_parallel.workers.cores import worker_cores
 
-__all__ = ["Backend", "per_worker_options", "select_backend"]
+__all__ = ["Backend", "HostSettings", "per_worker_options", "select_backend"]
+
+
+@dataclass(frozen=True)
+class HostSettings:
+    """What process workers change on the host (the execution policy's opt-in settings; none by default)."""
+
+    pin_workers: bool = False  #: worker i on the i-th core this process may use
+    batch_scheduling: bool = False  #: workers under ``SCHED_BATCH``
+    move_caller: bool = False  #: the calling thread waits off the cores of pinned workers in flight
 
 
 @dataclass(frozen=True)
@@ -49,23 +58,24 @@ def per_worker_options(options: Any, n: int) -> list[dict]:
 
 
 def select_backend(name: str, blob: bytes, n: int, context: str, address: str | None,
-                   worker_options: dict | Sequence[dict] | None, pin_workers: bool | None = None) -> Backend:
+                   worker_options: dict | Sequence[dict] | None, host: HostSettings | None = None) -> Backend:
     """The backend ``name`` for ``n`` workers hosting the env of ``blob`` (cloudpickled factory and adapter).
 
-    For ``"ray"`` this connects to (or starts) Ray first. ``pin_workers``: see :func:`~plan_parallel.workers.cores.worker_cores`.
+    For ``"ray"`` this connects to (or starts) Ray first. ``host``: the execution policy's host settings
+    (process workers only; none by default).
 
     Raises:
-        ValueError: an unknown backend, or Ray's options given to another backend, or ``pin_workers``
+        ValueError: an unknown backend, or Ray's options given to another backend, or host settings
             given to Ray.
-        TypeError: ``pin_workers`` not a bool or None.
     """
     if name not in ("process", "ray"):
         raise ValueError(f"BatchEnv runs the 'process' or 'ray' backend, got {name!r}")
-    check_pin_workers(pin_workers)
+    host = host or HostSettings()
     if name != "ray" and (address is not None or worker_options):
         raise ValueError("address and worker_options are options of backend='ray'")
-    if name == "ray" and pin_workers is not None:
-        raise ValueError("pin_workers is an option of backend='process' (Ray places its actors)")
+    if name == "ray" and host != HostSettings():
+        raise ValueError("pin_workers, batch_scheduling and move_caller are settings of backend='process' "
+                         f"(Ray places and schedules its actors), got {host}")
     if name == "ray":
         from plan_parallel.workers.ray_actor import RayWorker
         from plan_parallel.workers.ray_connect import connect, is_private
@@ -75,5 +85,6 @@ def select_backend(name: str, blob: bytes, n: int, context: str, address: str | 
         return Backend(RayWorker, lambda i: RayWorker(i, blob, options[i]), "backend='ray'", is_private())
     from plan_parallel.workers.process import ExternalProcess
 
-    cores = worker_cores(n, pin_workers)
-    return Backend(ExternalProcess, lambda i: ExternalProcess(i, blob, context, cores[i]), f"context={context!r}")
+    cores = worker_cores(n, host.pin_workers)
+    return Backend(ExternalProcess, lambda i: ExternalProcess(i, blob, context, cores[i], host.batch_scheduling,
+                                                               host.move_caller), f"context={context!r}")

@@ -1,7 +1,9 @@
 """Which core a process worker runs on: pinning workers apart, and where the calling thread runs now.
 
-Linux only (``os.sched_setaffinity``, glibc's ``sched_getcpu``); elsewhere workers run wherever the OS
-puts them and the calling thread's core is unknown.
+All of it is the execution policy's opt-in host settings (``pin_workers``, ``move_caller``): by default
+no worker is pinned and the calling thread's affinity is never changed. Linux only
+(``os.sched_setaffinity``, glibc's ``sched_getcpu``); elsewhere workers run wherever the OS puts them and
+the calling thread's core is unknown.
 """
 from __future__ import annotations
 
@@ -25,23 +27,11 @@ def check_pin_workers(pin: Any) -> None:
         raise TypeError(f"pin_workers must be True, False or None, got {pin!r}")
 
 
-def worker_cores(n: int, pin: bool | None) -> list[int | None]:
-    """The core each of ``n`` process workers is pinned to (None: not pinned), from ``pin_workers``.
-
-    Pinned, worker i runs on the i-th core this process may use (round robin). ``pin=None`` pins when
-    the OS can and the workers are as many as those cores: each then has a core of its own, and no idle
-    core is kept from them (fewer workers on a machine shared with other work could be held on busy
-    cores while others idle). A pipe write wakes its reader on the writer's core, so a batch's chunks,
-    sent one after the other, could wake both workers on the caller's core, one waiting there until the
-    kernel moved it. 2-core VM, W=2, every batch on the workers, the workers' affinity toggled between
-    alternating samples (x inline, free -> pinned): CartPole B=512 1.03 -> 1.10, 1.06 -> 1.11, 0.98 ->
-    1.04 (once 0.95 -> 0.89); HalfCheetah B=64 1.20 -> 1.26, 1.17 -> 1.25, 1.06 -> 1.11, 1.05 -> 1.25;
-    Pong B=64 1.40 -> 1.47, 1.43 -> 1.53, 1.27 -> 1.41; HalfCheetah B=512 1.41 -> 1.49; CartPole B=8
-    (a round trip: no core to gain) 0.25 -> 0.24, 0.26 -> 0.26.
-    """
+def worker_cores(n: int, pin: bool) -> list[int | None]:
+    """The core each of ``n`` process workers is pinned to (None: not pinned): with ``pin``, worker i runs on
+    the i-th core this process may use (round robin); without it, or where the OS has no CPU affinity,
+    wherever the OS puts it."""
     allowed = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
-    if pin is None:
-        pin = n == len(allowed)
     if not pin or not allowed:
         return [None] * n
     return [allowed[i % len(allowed)] for i in range(n)]
@@ -80,11 +70,8 @@ def current_core() -> int | None:
 def feed_order(cores: Sequence[int | None], here: int | None) -> list[int]:
     """The workers (kept on ``cores``) in the order to send them a batch's chunks when this thread runs on
     core ``here``: the worker kept there last. Woken on a busy core, a worker waits for this thread to
-    block (workers yield to the caller on wake-up), while the others start at once.
-
-    CartPole B=512 and HalfCheetah B=512 on 2 pinned workers, alternating samples: 1.028-1.031x and
-    1.037x as fast as in index order; HalfCheetah and Pong B=64, whose chunks take less to encode
-    than to run, 0.996-1.006x.
+    block (workers under ``SCHED_BATCH`` yield to the caller on wake-up), while the others start at once
+    (CartPole B=512 on 2 pinned workers: ~1.03x as fast as in index order; ``docs/measurements.md``).
     """
     order = list(range(len(cores)))
     if here is None:
@@ -99,10 +86,8 @@ def move_off(busy: set[int]) -> None:
     given back by :func:`restore_cores`, when it wakes.
 
     A thread that sleeps wakes on its own core if the kernel lets it: there it took the core from the
-    worker still running (workers yield to the caller), with the other core idle: that worker's env time
-    was 1,770 us against 1,516 for the same chunk (HalfCheetah B=64). 2-core VM, W=2, every batch on the
-    workers, moved / not in alternating samples in one process, two runs: HalfCheetah B=64 1.111, 1.024x;
-    Pong B=64 1.010, 1.010x; CartPole B=512 1.046, 1.030x; HalfCheetah B=512 1.017, 1.019x.
+    worker still running, with the other core idle (HalfCheetah B=64 on 2 pinned workers: 1.02-1.11x as
+    fast moved; ``docs/measurements.md``, *Worker processes*).
 
     The cores it had are noted for this thread before they are narrowed: a Ctrl-C anywhere between the
     narrowing and the restore leaves them owed, and the next :func:`restore_cores` on this thread (the

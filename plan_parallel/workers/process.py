@@ -142,6 +142,9 @@ class ExternalProcess:
         blob: cloudpickled ``(factory, adapter)``.
         context: multiprocessing start method.
         core: the core the worker runs on (None: wherever the OS puts it).
+        batch_scheduling: run the worker under ``SCHED_BATCH`` (see :func:`_yield_to_the_caller_on_wakeup`).
+        move_caller: a caller that blocks for this worker's reply waits off its core
+            (:func:`~plan_parallel.workers.cores.move_off`; with ``core`` only).
     """
 
     uses_shared_memory = True
@@ -153,9 +156,11 @@ class ExternalProcess:
     max_queued_bytes: int | None = PIPE_SAFE_BYTES
     chunk_seconds: float | None = None
 
-    def __init__(self, index: int, blob: bytes, context: str, core: int | None = None) -> None:
+    def __init__(self, index: int, blob: bytes, context: str, core: int | None = None,
+                 batch_scheduling: bool = False, move_caller: bool = False) -> None:
         self.index = index
         self.core = core
+        self.move_caller = move_caller and core is not None
         ctx: Any = mp.get_context(context)  # a start method's context: typeshed's BaseContext lacks Process
         if context == "forkserver":
             _preload_workers_in_forkserver()
@@ -164,7 +169,7 @@ class ExternalProcess:
         # when that thread lives as long as the parent (the forkserver, or the main thread).
         tie = context == "forkserver" or threading.current_thread() is threading.main_thread()
         self.process = ctx.Process(
-            target=worker_main, args=(child, blob, os.getpid(), tie, core), daemon=True,
+            target=worker_main, args=(child, blob, os.getpid(), tie, core, batch_scheduling), daemon=True,
             name=f"plan_parallel-worker-{index}",
         )
         try:
@@ -288,8 +293,8 @@ class ExternalProcess:
         small VM); a reader that polls and yields answers in a few us. But a
         poller takes CPU time from the workers when they outnumber the free
         cores, so it polls only for replies that are due at once (tiny calls).
-        A caller about to block on the core of a worker in flight waits on another
-        (:func:`~plan_parallel.workers.cores.move_off`).
+        With the policy's ``move_caller``, a caller about to block on the core of a worker in flight waits
+        on another (:func:`~plan_parallel.workers.cores.move_off`).
         """
         poller, owner = cls._poller_for(tuple(w.handles() for w in workers), wake)
         spin = SPIN_SECONDS if due_in is None or due_in <= SPIN_SECONDS else 0.0
@@ -303,7 +308,7 @@ class ExternalProcess:
         if not events and (timeout is None or timeout > spin):
             left = BLOCK_SLICE_SECONDS if timeout is None else min(BLOCK_SLICE_SECONDS, timeout - spin)
             try:
-                move_off({w.core for w in workers if w.core is not None})
+                move_off({w.core for w in workers if w.move_caller and w.core is not None})
                 events = poller.poll(max(0, int(left * 1000) + 1))
             finally:
                 restore_cores()
@@ -311,19 +316,12 @@ class ExternalProcess:
 
 
 def _yield_to_the_caller_on_wakeup() -> None:
-    """Run this worker under ``SCHED_BATCH`` (Linux): woken by a call, it waits for a free core
-    instead of preempting the process that sent the call.
+    """Run this worker under ``SCHED_BATCH`` (Linux; the execution policy's opt-in ``batch_scheduling``):
+    woken by a call, it waits for a free core instead of preempting the process that sent the call.
 
-    A pipe write wakes its reader on the writer's core (a "sync" wake-up: the
-    kernel expects the writer to sleep next), and a worker that slept preempts
-    the writer there. But the writer is the calling process, which goes on to
-    encode and send the other workers' chunks: it stalled until the worker's
-    chunk was done, with the other core idle (2-core VM, W=2: 20-30 % of sends
-    took 0.5-3 ms; under ``SCHED_BATCH`` 0-3 %). The policy changes nothing
-    else a worker does (same nice value, same share of the CPU). A trade:
-    back-to-back Pong B=64 calls ~5 % slower (why is not known: encoding every
-    chunk before writing any did not help), an async batch with the caller busy
-    meanwhile 4-43 % faster, MCTS ~1.5 % (docs/measurements.md, *Worker processes*).
+    A pipe write wakes its reader on the writer's core, and a worker that slept preempts the writer
+    there, which stalls sending the other workers' chunks (2-core VM, W=2: 20-30 % of sends took
+    0.5-3 ms; under ``SCHED_BATCH`` 0-3 %; the gains and losses: ``docs/measurements.md``, *Worker processes*).
     """
     setter = getattr(os, "sched_setscheduler", None)
     if setter is None:
@@ -377,14 +375,16 @@ def _parent_alive(parent_pid: int, first_ppid: int) -> bool:
     return True
 
 
-def worker_main(conn: Connection, blob: bytes, parent_pid: int, tie: bool, core: int | None = None) -> None:
+def worker_main(conn: Connection, blob: bytes, parent_pid: int, tie: bool, core: int | None = None,
+                batch_scheduling: bool = False) -> None:
     """Entry point of a worker process."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
     first_ppid = os.getppid()  # the parent, or the forkserver that forked this process
     _let_the_forkserver_go()
     if tie:
         _tie_to_parent()
-    _yield_to_the_caller_on_wakeup()
+    if batch_scheduling:
+        _yield_to_the_caller_on_wakeup()
     run_on(core)
     if not _parent_alive(parent_pid, first_ppid):
         return  # the parent died before the tie was made

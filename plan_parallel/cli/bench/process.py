@@ -87,8 +87,9 @@ def _placed(before: dict, after: dict) -> str:
 def bench_process(repeats: int, quick: bool, workers: int,
                   cases: list[tuple[str, str, dict[str, Any]]] | None = None) -> list[str]:
     """Per workload: the raw loop, the raw loop in ``workers`` processes at once, inline, the process
-    backend (default options) and the process backend with every batch on the workers; items/s, ratios,
-    the row's own ceiling, and the CPU per item of the caller and of the workers (``cases``: :data:`CASES`)."""
+    backend (default options), the process backend with every batch on the workers and with the tuned
+    execution profile (``ExecutionPolicy.tuned()``); items/s, ratios, the row's own ceiling, and the CPU per
+    item of the caller and of the workers (``cases``: :data:`CASES`)."""
     import plan_parallel as pp
     from plan_parallel.batch.tuner import usable_cores
 
@@ -100,6 +101,8 @@ def bench_process(repeats: int, quick: bool, workers: int,
         f"against inline and the raw loop (unwrapped.step with the family's native state calls, no State objects)",
         f"items/s: medians of {repeats} alternating samples; ratios: medians of the ratios of the samples taken in "
         "the same turn; cpu: microseconds per item, caller (c) and workers (w)",
+        "tun/proc: the tuned profile (ExecutionPolicy.tuned(): adaptive placement, pinned workers under SCHED_BATCH, "
+        "the caller moved off busy cores) ÷ the default options, in the same turns",
         f"ceiling: the raw loop in {workers} processes at once ÷ the raw loop, in the same samples (what {workers} "
         "processes can gain here, now); eff: proc/inl ÷ ceiling; raw cpu xW: the CPU a raw item costs with every "
         f"process busy ÷ alone; wrk bound: what the CPU spent allows workers only, {cores} cores ÷ "
@@ -107,7 +110,8 @@ def bench_process(repeats: int, quick: bool, workers: int,
         "slowest sample ÷ its fastest (the same loop alone: how far this machine's speed moved during the row)",
         f"parallel ceiling now: {workers} busy processes run {parallel_ceiling(workers):.2f}x one",
         f"{'workload':<15} {'B':>4} {'dt':>2} {'raw/s':>8} {'inline/s':>8} {'process/s':>9} {'workers/s':>9} "
-        f"{'inl/raw':>7} {'proc/raw':>8} {'proc/inl':>8} {'wrk/inl':>7} {'ceiling':>7} {'eff':>5} {'raw cpu xW':>10}"
+        f"{'inl/raw':>7} {'proc/raw':>8} {'proc/inl':>8} {'wrk/inl':>7} {'tun/proc':>8} {'ceiling':>7} {'eff':>5} "
+        f"{'raw cpu xW':>10}"
         f" {'wrk bound':>9} {'raw swing':>9}  {'proc c/w us':>12}  {'wrk c/w us':>12}"
         "  process batches here/shared % (warm-up included)",
     ]
@@ -116,6 +120,7 @@ def bench_process(repeats: int, quick: bool, workers: int,
         ref = pp.make(env_id, backend="inline", **kw)
         proc = pp.make(env_id, backend="process", n_workers=workers, **kw)
         strict = pp.make(env_id, backend="process", n_workers=workers, small_batch_inline=False, **kw)
+        tuned = pp.make(env_id, backend="process", n_workers=workers, execution=pp.ExecutionPolicy.tuned(), **kw)
         raw = crew = None
         try:
             states, actions = make_workload(ref, max(sizes))
@@ -130,9 +135,10 @@ def bench_process(repeats: int, quick: bool, workers: int,
                         {"raw": lambda: raw_run(b, dt), "crew": lambda: crew.run(b, dt, calls),
                          "inline": lambda: ref.step_batch(ac, st, dt),
                          "process": lambda: proc.step_batch(ac, st, dt),
-                         "workers": lambda: strict.step_batch(ac, st, dt)},
+                         "workers": lambda: strict.step_batch(ac, st, dt),
+                         "tuned": lambda: tuned.step_batch(ac, st, dt)},
                         repeats, pids={"process": lambda: proc.pids, "workers": lambda: strict.pids,
-                                       "crew": lambda: crew.pids},
+                                       "tuned": lambda: tuned.pids, "crew": lambda: crew.pids},
                     )
                     items = {"crew": workers * b * calls}
                     rate = {k: items.get(k, b) / v.wall for k, v in t.items()}
@@ -145,7 +151,7 @@ def bench_process(repeats: int, quick: bool, workers: int,
                         f"{label:<15} {b:>4} {dt:>2} {rate['raw']:>8,.0f} {rate['inline']:>8,.0f} "
                         f"{rate['process']:>9,.0f} {rate['workers']:>9,.0f} {t['inline'].speedup(t['raw']):>7.2f} "
                         f"{t['process'].speedup(t['raw']):>8.2f} {proc_inl:>8.2f} "
-                        f"{t['workers'].speedup(t['inline']):>7.2f} {ceiling:>7.2f} "
+                        f"{t['workers'].speedup(t['inline']):>7.2f} {t['tuned'].speedup(t['process']):>8.2f} {ceiling:>7.2f} "
                         f"{proc_inl / ceiling:>5.2f} {inflation:>10.2f} {bound:>9.2f} "
                         f"{max(t['raw'].walls) / min(t['raw'].walls):>9.2f}"
                         f"  {cpu['process']:>12}  {cpu['workers']:>12}  {_placed(before, proc.stats)}"
@@ -155,7 +161,7 @@ def bench_process(repeats: int, quick: bool, workers: int,
             ref_tps = _async_vector_reference(env_id, kw, workers, 200 if quick else 1000)
             lines.append(f"{label:<15} gymnasium AsyncVectorEnv ({workers} envs, dt=1): {ref_tps:,.0f} items/s")
         finally:
-            for e in (ref, proc, strict, raw, crew):
+            for e in (ref, proc, strict, tuned, raw, crew):
                 if e is not None:
                     e.close()
     lines.append("round trip of a call with 2 tiny items, always on workers (median; CPU per call, caller/workers): "
