@@ -83,8 +83,8 @@ def make(
         context: multiprocessing start method (``"fork"``, ``"spawn"``, ``"forkserver"``).
         adapter: an :class:`~plan_parallel.state.Adapter` class overriding the registered one.
         small_batch_inline: (process and ray backends) False: every batch on the workers (turn it
-            off when env code may crash or hang the calling process); by default a batch with under
-            ~1 ms of env time runs in this process (``execution`` says how).
+            off when env code may crash or hang the calling process); by default a batch the workers would
+            save less than ~1 ms runs in this process (``execution`` says how).
         address: (ray) the cluster to join: ``"auto"``, ``"host:port"`` or
             ``"ray://host:port"``. None: the connection this process already has, or
             else a private local Ray instance started quietly (never someone else's).

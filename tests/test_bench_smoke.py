@@ -21,7 +21,8 @@ def test_the_vector_suite_prints_every_vector_env_against_sync_and_async() -> No
     cases = [("CartPole-v1", "CartPole-v1", {}, 2, 5, 5)]  # the suite's code on a small case
     lines = bench_vector(1, True, 2, cases)
     for label, _, _, n_envs, _, _ in cases:
-        for name in ("SyncVectorEnv", "AsyncVectorEnv (shm)", "make_vec W=2", "make_vec W=2 no-inline", "make_vec inline"):
+        for name in ("SyncVectorEnv", "AsyncVectorEnv (shm)", "make_vec W=2", "make_vec W=2 no-inline", "make_vec W=2 tuned",
+                     "make_vec inline"):
             row = [ln for ln in lines if ln.startswith(f"{label} x{n_envs}") and ln[17:45].strip() == name]
             assert len(row) == 1, (label, name, lines)
             assert re.search(rf"{RATE}\s+\d+\.\d\d\s+\d+\.\d\d\s+\d+\.\d\d\s+\d+\.\d$", row[0]), row[0]

@@ -105,8 +105,8 @@ class Placement:
         :meth:`Tuner.for_the_workers`). ``can_share``: its caller waits for it in full; ``resident``: its items
         run their own way here (:meth:`Tuner.may_share`)."""
         size_class = Tuner.size_class(op, steps)
-        if self.tuner.mode == "rule":
-            return size_class, self.tuner.by_rule(steps), 0
+        if self.tuner.mode == "rule":  # (a future no caller waits for runs on the workers)
+            return size_class, self.tuner.by_rule(steps) if can_share else "workers", 0
         if self.tuner.for_the_workers(steps, n, resident):
             return size_class, "workers", 0
         return (size_class, *self.tuner.choose(size_class, can_share and self.tuner.may_share(resident)))

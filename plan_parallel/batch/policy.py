@@ -18,9 +18,9 @@ __all__ = ["ENV_WORKERS", "HERE_BELOW_SECONDS", "PLACEMENTS", "ExecutionPolicy",
 
 #: The environment variable that sets the default worker count (a positive integer).
 ENV_WORKERS = "PLAN_PARALLEL_WORKERS"
-#: The default threshold of the ``"rule"`` placement: a batch with less env time than this runs in the calling
-#: process. A round trip to a process worker costs the caller ~0.3 ms of wall time and CPU (2 CartPole items,
-#: ``plan-parallel bench --suite process``), so a batch under ~1 ms gains nothing from a second core.
+#: The default threshold of the ``"rule"`` placement, the cost of a call to the workers: a batch for which they
+#: would save less time than this runs in the calling process. A call of 2 tiny items on process workers costs the
+#: caller 0.3-0.7 ms of wall time and 0.2-0.4 ms of CPU (``plan-parallel bench --suite process``, 2-core VM).
 HERE_BELOW_SECONDS = 1e-3
 #: Where batches run: ``"rule"`` (the default: see :class:`ExecutionPolicy`), ``"workers"`` (every batch),
 #: ``"here"`` (every batch in the calling process: for debugging) or ``"adaptive"`` (measured: the tuned profile).
@@ -60,15 +60,17 @@ class ExecutionPolicy:
     Args:
         n_workers: worker processes (or Ray actors). None: :func:`available_cpus`, the CPUs this process
             may use (affinity, container quota, or the :data:`ENV_WORKERS` environment variable).
-        placement: where a batch runs; one of :data:`PLACEMENTS`. ``"rule"`` (default): in the calling process
-            when its env time, estimated from the workers' own measured time per env step, is under
-            ``here_below`` seconds, and on the workers otherwise (always on the workers until they have
-            measured a step, when ``timeout`` is set, and when the workers run on other machines).
+        placement: where a batch runs; one of :data:`PLACEMENTS`. ``"rule"`` (default): a batch its caller
+            waits for runs in the calling process when the time W workers would save it, its env time times
+            (1 - 1/W), is under ``here_below`` seconds (its env time estimated from the workers' own measured
+            time per env step); any other batch runs on the workers, and so does every batch until they have
+            measured a step, with a ``timeout``, on workers on other machines, and every ``*_async`` future.
+            With one worker nothing is saved: such batches run here.
             ``"workers"``: every batch on the workers (for env code that may crash or hang the calling
             process). ``"here"``: every batch in the calling process. ``"adaptive"``: each batch where the
             times measured of earlier ones say it runs fastest (here, on the workers, or shared between
             them): the choice depends on timings, so it may change from run to run.
-        here_below: the ``"rule"`` placement's threshold, in seconds of env time a batch.
+        here_below: the ``"rule"`` placement's threshold: what a call to the workers costs, in seconds.
         pin_workers: (process) keep worker i on the i-th CPU this process may use.
         batch_scheduling: (process) run the workers under Linux's ``SCHED_BATCH`` policy (a woken worker
             waits for a free core instead of preempting the calling process).
@@ -154,8 +156,8 @@ class ExecutionPolicy:
     def __repr__(self) -> str:
         n = "the CPUs this process may use" if self.n_workers is None else str(self.n_workers)
         where = {
-            "rule": f"here when a batch's env time is under {self.here_below * 1e3:g} ms (the workers' step "
-                    "time), else on the workers",
+            "rule": f"here when the workers would save a batch under {self.here_below * 1e3:g} ms (its env "
+                    "time by their step time, x (1 - 1/W)), else on the workers",
             "workers": "every batch on the workers",
             "here": "every batch in this process",
             "adaptive": "where earlier batches ran fastest (measured)",

@@ -137,12 +137,13 @@ class Tuner:
         return op, max(0, steps - 1).bit_length()
 
     def by_rule(self, steps: int) -> str:
-        """Where the ``"rule"`` mode runs a batch of ``steps`` env steps: ``"here"`` when the workers have
-        reported their time per env step and the batch's (``steps`` times it) is under :attr:`here_below`, and
-        the workers run on this machine; else ``"workers"``. Only the workers' reports move the step time, so
-        a batch placed here stays here until they report again."""
+        """Where the ``"rule"`` mode runs a batch of ``steps`` env steps that its caller waits for: ``"here"`` when
+        the workers have reported their time per env step and what they would save the batch, its env time
+        (``steps`` times that) less a worker's share of it, is under :attr:`here_below` (a call's cost), and the
+        workers run on this machine; else ``"workers"``. Only the workers' reports move the step time, so a batch
+        placed here stays here until they report again."""
         step = self.step_seconds
-        if step is None or not self.workers_here or steps * step >= self.here_below:
+        if step is None or not self.workers_here or steps * step * (1 - 1 / self.n_workers) >= self.here_below:
             return "workers"
         return "here"
 

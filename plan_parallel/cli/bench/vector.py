@@ -2,23 +2,22 @@
 
 Each case runs its number of sub-envs (16 CartPoles, 8 Pongs: the issue's
 targets) with the same pre-drawn random actions;
-make_vec uses ``workers`` process workers: by default (small batches may run in
-this process when the process backend judges them too small to gain from
-workers), with every batch on the workers (``no-inline``), and the inline
-backend (the cost of the state protocol and of the vector layer alone).
+make_vec uses ``workers`` process workers: by default (a step the workers would save under
+1 ms runs in this process: the execution policy's rule), with every batch on the workers
+(``no-inline``), with the tuned profile (``ExecutionPolicy.tuned()``: adaptive placement, steps
+shared with this process among its places, pinned workers), and the inline backend (the cost of the
+state protocol and of the vector layer alone).
 
 The vector envs take turns of :data:`TURN_STEPS` vector steps each, through
 ``repeats`` passes over the pre-drawn actions: a change of the machine's speed
 (this VM's neighbours) lands on every contestant alike. Their order is shuffled
 at each turn (seeded): a turn after AsyncVectorEnv's, whose 16 processes have
 just run, starts with cold caches, and in a fixed order the same contestant
-always paid for it (16 CartPoles: make_vec W=2 0.81 x Sync after it, 0.93
-elsewhere; inline 0.93 and 0.87). Figures are env
+always paid for it (``docs/measurements.md``). Figures are env
 steps per second (vector steps x sub-envs) over all turns; each ratio is the
 median of the per-turn ratios to SyncVectorEnv (and to AsyncVectorEnv), and *run x Async* the ratio
 of all of AsyncVectorEnv's turns' time to all of the contestant's: a contestant that stalls now and
-then loses little in the medians and all of it there (make_vec W=2 before 348374e, Pong x8: 0.85-1.00
-per turn, 0.55-0.62 over the run, where its workers' kept envs were built while it stepped). The CPU column is
+then loses little in the medians and all of it there. The CPU column is
 the CPU time of this process and of the vector env's worker processes over all
 its turns, per env step: what an env step costs the machine, wherever it ran.
 """
@@ -91,6 +90,8 @@ def bench_vector(repeats: int, quick: bool, workers: int,
             venvs[f"make_vec W={workers}"] = pp.make_vec(env_id, n_envs, n_workers=workers, **kw)
             venvs[f"make_vec W={workers} no-inline"] = pp.make_vec(
                 env_id, n_envs, n_workers=workers, small_batch_inline=False, **kw)
+            venvs[f"make_vec W={workers} tuned"] = pp.make_vec(
+                env_id, n_envs, n_workers=workers, execution=pp.ExecutionPolicy.tuned(), **kw)
             venvs["make_vec inline"] = pp.make_vec(env_id, n_envs, backend="inline", **kw)
             space = venvs["SyncVectorEnv"].action_space
             space.seed(0)
