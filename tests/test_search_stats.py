@@ -88,3 +88,15 @@ def test_every_preset_value_has_a_reason_and_builds_its_planner() -> None:
                 assert len(why) > 20, f"{env_id} {name} {key}: {why!r}"
             planner = make_planner(name, env_id)
             assert all(getattr(planner, k) == v for k, v in params.items())
+
+
+def test_the_plan_commands_help_names_every_preset() -> None:
+    import argparse
+
+    from plan_parallel.cli.plan import add_plan_arguments
+
+    p = argparse.ArgumentParser()
+    add_plan_arguments(p)
+    listed = (p.epilog or "").replace("\n", " ")
+    assert {"ALE/Freeway-v5", "HalfCheetah-v5"} <= PRESETS.keys()
+    assert [env_id for env_id in PRESETS if env_id not in listed] == []

@@ -27,9 +27,9 @@ _ANIMATION_SUFFIXES = (".gif", ".mp4")
 
 def add_plan_arguments(p: argparse.ArgumentParser) -> None:
     p.epilog = ("A planner option left unset takes the env's preset (CartPole-v1, Acrobot-v1,\n"
-                "MountainCar-v0, Pendulum-v1, ALE/Pong-v5, ALE/Breakout-v5; the reason for each\n"
-                "value: plan_parallel.planners.presets.REASONS), else the planner's default;\n"
-                "the first line printed shows the values used.")
+                "MountainCar-v0, Pendulum-v1, HalfCheetah-v5, ALE/Pong-v5, ALE/Breakout-v5,\n"
+                "ALE/Freeway-v5; the reason for each value: plan_parallel.planners.presets.REASONS),\n"
+                "else the planner's default; the first line printed shows the values used.")
     p.add_argument("env", help="gymnasium env id, e.g. CartPole-v1, MountainCar-v0, ALE/Pong-v5")
     p.add_argument("--planner", choices=["mcts", "shooting", "beam"], default="mcts",
                    help="mcts (UCT tree search), shooting (random shooting / CEM) or beam (beam search)")

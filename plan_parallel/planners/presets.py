@@ -69,6 +69,17 @@ _WHY: dict[str, dict[str, dict[str, tuple[Any, str]]]] = {
             "iterations": (3, "the torque is continuous: two refits of the Gaussian narrow it onto the good torques"),
         },
     },
+    "HalfCheetah-v5": {
+        "shooting": {
+            "budget": (200, "4 CEM rounds of 50 sequences; 3,000 env steps (15,000 MuJoCo frames) a decision: "
+                            "8,202 over 1,000 steps on seed 0 (process W=2, 9.7 decisions/s; random play: see "
+                            "docs/planning.md); budget 64, horizon 20, 2 rounds scored 107 in the first 60 steps, "
+                            "this preset 230"),
+            "horizon": (15, "15 steps of 0.05 s: 0.75 s, a stride or two; the 8,202 above was measured with it"),
+            "iterations": (4, "the torques are continuous (6 joints): three refits of the Gaussian narrow it onto "
+                              "a gait; the 8,202 above was measured with it"),
+        },
+    },
     "ALE/Pong-v5": {
         "mcts": {
             "budget": (32, "+17 to +21 in 2,000 decisions on seeds 0-4 (README table): 2,688 frames a decision"),
@@ -90,6 +101,20 @@ _WHY: dict[str, dict[str, dict[str, tuple[Any, str]]]] = {
             "dt": (2, "a decision covers 8 frames for the same search cost: 21 and 25 points in the first 300 "
                       "decisions on seeds 0-1 (zero_return_share 0.24); dt 1 with depth 50 (the same 200-frame "
                       "look-ahead and cost) scored 9 and 12 in 300 decisions"),
+        },
+    },
+    "ALE/Freeway-v5": {
+        "mcts": {
+            "budget": (64, "the reward is a crossing, rare within a random rollout: a larger tree found more. At "
+                           "about the same cost (13,312-14,336 frames a decision, dt 8), the first 800 steps of "
+                           "seed 0 scored 4 with budget 16 and depth 25, 7 with budget 32 and depth 12, 10 with "
+                           "budget 64 and depth 6"),
+            "leaves_per_batch": (16, "as for Pong: big enough batches to feed two workers (not measured for Freeway)"),
+            "rollout_depth": (6, "6 actions of 32 frames (192 frames) after the tree: the budget went to the tree "
+                                 "instead (see budget); 64 x (1 + 6) x 8 = 3,584 env steps, 14,336 frames a decision"),
+            "dt": (8, "32 frames an edge, so a tree of 64 nodes reaches a crossing: at dt 4 and depth 25 (budget "
+                      "32, 13,312 frames) 56% of decisions saw no reward and it scored 8 in 800 steps; at dt 2, "
+                      "depth 25: 87% and 1 point in 300 steps (docs/planning.md)"),
         },
     },
 }
