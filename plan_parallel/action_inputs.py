@@ -16,14 +16,12 @@ from plan_parallel.state import State
 __all__ = ["check_action", "check_action_sequences", "check_actions"]
 
 # Discrete actions checked as a Python list's min and max up to this many values (65,536: a list of 2 MB),
-# not with numpy's comparisons, after which the env's steps ran slower (see _FEW_FLOATS): CartPole B=512 inline
-# against the raw loop, paired in one process, 0.773 -> 0.790 and 0.770 -> 0.788.
+# not with numpy's comparisons, after which the env's steps ran slower (see _FEW_FLOATS; CartPole B=512 inline
+# ~2 % faster: docs/measurements.md, *Action checks and Ray chunks*).
 _FEW_VALUES = 1 << 16
 # Box actions checked as Python floats up to this many values: numpy's float comparisons run AVX-512 kernels
 # on this machine, and the env steps after them ran slower (as ALE's frames after a numpy comparison: see
-# plan_parallel.state.families.ale_sticky). HalfCheetah inline, this against numpy's check in paired calls: B=8 1.030x
-# and 1.044x as fast, B=64 0.996x and 0.999x. One numpy check of the whole array (3x cheaper than numpy's
-# per-item check at B=64, 10 against 31 us alone) did not beat it either: inline B=8 0.995x, B=64 0.999x.
+# plan_parallel.state.families.ale_sticky; HalfCheetah B=8 inline 3-4 % faster).
 _FEW_FLOATS = 512
 
 

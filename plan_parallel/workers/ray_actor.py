@@ -140,9 +140,7 @@ class RayWorker:
     bootstrap_hint = ""
     max_queued_bytes: int | None = None
     # A chunk costs the driver 2.2-3.2 ms of CPU here, besides the actor's and Ray's daemons' (a process
-    # worker's: ~0.6-0.9 ms), and splitting did not pay on 2 cores: Pong fs1 B=512 dt=4 on 2 actors ran
-    # 1.29x and 1.38x inline in 3 chunks an actor, 1.35x and 1.49x in 1 (driver 48 -> 35 ms a call);
-    # HalfCheetah 1.34x and 1.53x against 1.36x and 1.62x (same runs, bench alternation). A share is
+    # worker's: ~0.6-0.9 ms), and splitting did not pay on 2 cores (docs/measurements.md, *Action checks and Ray chunks*). A share is
     # split only when each chunk still holds this much env time.
     chunk_seconds: float | None = 0.25
     _put_cache: tuple[int, Any, Any] | None = None  # (id of the value, the value, its ObjectRef)
