@@ -140,8 +140,8 @@ class RayWorker:
     bootstrap_hint = ""
     max_queued_bytes: int | None = None
     # A chunk costs the driver 2.2-3.2 ms of CPU here, besides the actor's and Ray's daemons' (a process
-    # worker's: ~0.6-0.9 ms), and splitting did not pay on 2 cores (docs/measurements.md, *Action checks and Ray chunks*). A share is
-    # split only when each chunk still holds this much env time.
+    # worker's: ~0.6-0.9 ms), and splitting did not pay on 2 cores (docs/measurements.md, *Action checks and
+    # Ray chunks*). A share is split only when each chunk still holds this much env time.
     chunk_seconds: float | None = 0.25
     _put_cache: tuple[int, Any, Any] | None = None  # (id of the value, the value, its ObjectRef)
 
