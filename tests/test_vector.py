@@ -21,6 +21,7 @@ from gymnasium.vector.utils import batch_space
 
 import plan_parallel as pp
 from plan_parallel.factory import EnvFactory
+from plan_parallel.vector import AsyncState
 from tests.conftest_leaks import live_children
 from tests.envs import CounterEnv, DictObsEnv, FaultyEnv
 from tests.helpers import assert_tree_equal
@@ -470,12 +471,16 @@ def test_step_async_and_wait_timeout() -> None:
         with pytest.raises(NoAsyncCallError):
             vec.step_wait()
         acts = np.array([0, 2, 1, 0])
+        assert vec.async_state is AsyncState.DEFAULT
         vec.step_async(acts)
+        assert vec.async_state is AsyncState.WAITING_STEP
         with pytest.raises(AlreadyPendingCallError):
             vec.step_async(acts)
         with pytest.raises(TimeoutError):
             vec.step_wait(timeout=0.05)  # still running: stays pending
+        assert vec.async_state is AsyncState.WAITING_STEP
         same(vec.step_wait(timeout=30), ref.step(acts), "step_wait")
+        assert vec.async_state is AsyncState.DEFAULT
         # A pending step dropped by reset is never returned.
         vec.step_async(np.array([2, 2, 2, 2]))
         same(vec.reset(seed=5), ref.reset(seed=5), "reset drops")
@@ -538,6 +543,7 @@ def test_recv_returns_the_first_ready_sub_envs() -> None:
     with make(SlowActionEnv, 4, AutoresetMode.NEXT_STEP, "process", 2, delay=1.0) as vec:
         vec.reset(seed=0)
         vec.send(np.array([0, 1, 2, 2]), [0, 1, 2, 3])  # sub-envs 2 and 3 are slow
+        assert vec.async_state is AsyncState.WAITING_RECV
         with pytest.raises(ValueError, match="not yet received"):
             vec.send(np.array([0]), [1])
         with pytest.raises(AlreadyPendingCallError):
@@ -546,7 +552,9 @@ def test_recv_returns_the_first_ready_sub_envs() -> None:
         assert sorted(first.env_ids.tolist()) == [0, 1]
         with pytest.raises(TimeoutError):
             vec.recv(wait_num=2, timeout=0.01)
+        assert vec.async_state is AsyncState.WAITING_RECV  # two still out
         rest = vec.recv(timeout=30)
+        assert vec.async_state is AsyncState.DEFAULT
         assert sorted(rest.env_ids.tolist()) == [2, 3]
         assert rest.observations.shape == (2, 2)
         with pytest.raises(NoAsyncCallError):
@@ -554,6 +562,7 @@ def test_recv_returns_the_first_ready_sub_envs() -> None:
         # Partly received, then dropped by a reset: nothing stale comes back.
         vec.send(np.array([1, 1]), [0, 1])
         vec.reset(seed=0)
+        assert vec.async_state is AsyncState.DEFAULT
         with pytest.raises(NoAsyncCallError):
             vec.recv()
 

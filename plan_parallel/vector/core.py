@@ -11,10 +11,9 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Callable, Container, Sequence
-from typing import Any, NamedTuple, Self
+from typing import Any, Self
 
 import numpy as np
-from gymnasium.error import AlreadyPendingCallError
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_differing_spaces, batch_space, concatenate, create_empty_array
 
@@ -22,6 +21,7 @@ from plan_parallel.errors import ClosedError, StateError
 from plan_parallel.interrupts import ctrl_c_deferred
 from plan_parallel.state import State
 from plan_parallel.vector.attrs import VectorAttrs
+from plan_parallel.vector.calls import AsyncState, Step, refuse_unless_idle
 from plan_parallel.vector.fns import check_env_fns, is_env_fns
 from plan_parallel.vector.groups import RecipeGroups
 from plan_parallel.vector.inputs import (
@@ -36,35 +36,12 @@ from plan_parallel.vector.inputs import (
 )
 from plan_parallel.vector.residents import Residents
 
-__all__ = ["Received", "Step", "VectorCore", "empty_batch"]
+__all__ = ["VectorCore", "empty_batch"]
 
 
 def empty_batch(space: Any, n: int, fn: Any = np.empty) -> Any:
     """gymnasium's ``create_empty_array`` for ``n`` rows (typed: its stubs allow None, which it never returns)."""
     return create_empty_array(space, n=n, fn=fn)
-
-
-class Received(NamedTuple):
-    """What :meth:`PlanVectorEnv.recv` returns: k sub-envs' results, in the order of ``env_ids``.
-
-    Fields as in ``VectorEnv.step`` for a batch of k (infos merged with ``_key``
-    masks over the k positions), plus ``env_ids``: int64 ``(k,)``, which sub-env each row is.
-    """
-
-    observations: Any
-    rewards: np.ndarray
-    terminations: np.ndarray
-    truncations: np.ndarray
-    infos: dict
-    env_ids: np.ndarray
-
-
-class Step(NamedTuple):
-    """One submitted step of some sub-envs: ``fut`` steps ``ids`` (in order); ``resets`` are done already."""
-
-    fut: Any
-    ids: np.ndarray
-    resets: dict
 
 
 class VectorCore(VectorAttrs, VectorEnv):  # type: ignore[misc]  # np_random(_seed): tuples, as SyncVectorEnv
@@ -239,14 +216,19 @@ class VectorCore(VectorAttrs, VectorEnv):  # type: ignore[misc]  # np_random(_se
         if missing:
             raise StateError(f"sub-envs {missing} have no state yet: call reset(seed=...) first")
 
-    def _check_idle(self, what: str) -> None:
+    @property
+    def async_state(self) -> AsyncState:
+        """What this env waits for: nothing (DEFAULT), a step_async's ``step_wait`` (WAITING_STEP), or the
+        ``recv`` of sub-envs sent (WAITING_RECV): read from the step pending and the steps sent, so it cannot
+        disagree with them."""
         if self._pending is not None:
-            raise AlreadyPendingCallError(f"{what}: a step_async is pending; call step_wait() first "
-                                          "(or reset(), which drops it)", "step")
-        if self._sent or self._ready:  # a step in self._sent: its sub-envs are in flight
-            busy = sorted(set(np.flatnonzero(self._in_flight).tolist()) | set(self._ready))
-            raise AlreadyPendingCallError(f"{what}: sub-envs {busy} were sent and not yet received; "
-                                          "call recv() first (or reset(), which drops them)", "send")
+            return AsyncState.WAITING_STEP
+        return AsyncState.WAITING_RECV if self._sent or self._ready else AsyncState.DEFAULT
+
+    def _check_idle(self, what: str) -> None:
+        state = self.async_state
+        if state is not AsyncState.DEFAULT:
+            refuse_unless_idle(state, what, sorted(set(np.flatnonzero(self._in_flight).tolist()) | set(self._ready)))
 
     def _check_not_disabled_done(self, ids: np.ndarray) -> None:
         if self.autoreset_mode == AutoresetMode.DISABLED:

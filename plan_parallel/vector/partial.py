@@ -17,7 +17,8 @@ from gymnasium.vector.utils import concatenate
 
 from plan_parallel.errors import WaitTimeoutError
 from plan_parallel.interrupts import ctrl_c_deferred
-from plan_parallel.vector.core import Received, Step, empty_batch
+from plan_parallel.vector.calls import AsyncState, Received, Step
+from plan_parallel.vector.core import empty_batch
 from plan_parallel.vector.groups import RecipeGroups, wait_done
 from plan_parallel.vector.infos import add_info
 from plan_parallel.vector.inputs import check_indices, check_vector_actions, is_int
@@ -35,6 +36,7 @@ class PartialGather:
     single_observation_space: Any
     _recipes: RecipeGroups
     _pending: Any
+    async_state: AsyncState
     _sent: list[Step]
     _in_flight: np.ndarray
     _ready: OrderedDict
@@ -64,7 +66,7 @@ class PartialGather:
             AlreadyPendingCallError: a step_async is pending. StateError: not reset yet.
         """
         self._check_open()
-        if self._pending is not None:
+        if self.async_state is AsyncState.WAITING_STEP:
             raise AlreadyPendingCallError("send: a step_async is pending; call step_wait() first", "step")
         ids = check_indices(env_ids, self.num_envs)
         busy = [int(i) for i in ids if self._in_flight[i] or int(i) in self._ready]

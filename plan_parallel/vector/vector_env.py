@@ -43,7 +43,8 @@ from plan_parallel.errors import WaitTimeoutError
 from plan_parallel.interrupts import ctrl_c_deferred
 from plan_parallel.results import StepBatch
 from plan_parallel.state import State
-from plan_parallel.vector.core import Received, Step, VectorCore
+from plan_parallel.vector.calls import Received, Step
+from plan_parallel.vector.core import VectorCore
 from plan_parallel.vector.groups import Done, GatheredStep, wait_done
 from plan_parallel.vector.infos import merge_rows
 from plan_parallel.vector.inputs import (
