@@ -69,7 +69,8 @@ class ExecutionPolicy:
             ``"workers"``: every batch on the workers (for env code that may crash or hang the calling
             process). ``"here"``: every batch in the calling process. ``"adaptive"``: each batch where the
             times measured of earlier ones say it runs fastest (here, on the workers, or shared between
-            them): the choice depends on timings, so it may change from run to run.
+            them): the choice depends on timings, so it may change from run to run. Both build the env in
+            the calling process (on a Ray cluster, the driver then needs the env's dependencies).
         here_below: the ``"rule"`` placement's threshold: what a call to the workers costs, in seconds.
         pin_workers: (process) keep worker i on the i-th CPU this process may use.
         batch_scheduling: (process) run the workers under Linux's ``SCHED_BATCH`` policy (a woken worker
