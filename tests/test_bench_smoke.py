@@ -138,3 +138,20 @@ def test_a_speedup_is_the_median_of_the_ratios_of_samples_taken_in_the_same_turn
     fast = Timing(0.0, 0.0, 0.0, (1.0, 1.0, 1.0, 4.0, 4.0))
     slow = Timing(0.0, 0.0, 0.0, (2.0, 2.0, 8.0, 8.0, 8.0))
     assert fast.speedup(slow) == 2.0 and slow.speedup(fast) == 0.5
+
+
+@pytest.mark.timeout(300)
+def test_the_scale_suite_prints_efficiency_and_the_amdahl_bound() -> None:
+    from plan_parallel.cli.bench.scale import bench_scale
+
+    lines = bench_scale(1, True, 2)
+    rows = [ln.split() for ln in lines if re.match(r"^\s+\d+\s+\d+\s+\d+\s", ln)]
+    assert [(r[0], r[1]) for r in rows] == [(w, k) for k in ("32", "4") for w in ("1", "2", "4")], lines
+    for r in rows:
+        assert int(r[2]) == int(r[0]) * int(r[1]), r  # B = W k
+        speedup, eff = float(r[4]), float(r[5])
+        assert 0 < speedup and eff == pytest.approx(speedup / int(r[0]), abs=0.01), r
+        assert float(r[6]) > 0 and float(r[7]) > 0, r  # the caller's CPU an item and a call
+    amdahl = next(ln for ln in lines if ln.startswith("CartPole-v1"))
+    caller, workers, bound = (float(v) for v in amdahl.split()[2:5])
+    assert caller > 0 and workers > 0 and bound == pytest.approx(workers / caller, rel=0.05), amdahl

@@ -52,6 +52,9 @@ suites (--suite; all runs each, in this order):
   mcts:    MCTS decisions/s on Pong, inline against the process backend; then
            8 roots in one plan_many on W workers against 8 single-root
            searches inline (Pong, CartPole, an env whose steps sleep: W 1-32)
+  scale:   W workers (1-64) on an env whose steps sleep: speedup, efficiency and
+           the calling process's CPU an item and a call; and each real env's
+           Amdahl bound (workers' CPU an item ÷ the caller's)
   ray:     the Ray backend (--workers actors) against inline and the process
            backend (skipped without Ray)
 Every figure is the median of --repeats alternating runs; ratios compare runs

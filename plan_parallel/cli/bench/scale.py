@@ -1,0 +1,117 @@
+"""``plan-parallel bench --suite scale``: how far the calling process lets W workers scale.
+
+Two tables, both with every batch on the workers (``placement="workers"``):
+
+* **An env whose steps sleep** (:class:`~plan_parallel.cli.bench.roots.SleepyWalk`, 2 ms a step, a user env
+  with ``get_state`` / ``set_state``): its steps cost wall time and almost no CPU, so W workers could step
+  W times as many items even on a machine with fewer cores; what they lose is the calling process's serial
+  work. For W up to 64 and k items a worker (B = W k a call): the speedup over stepping the B items one
+  after the other here (B times an item's time inline, measured), the efficiency (speedup ÷ W), and the
+  calling process's CPU an item and a call.
+* **The Amdahl bound of real envs**: CartPole B=512, Pong (RGB, frameskip 1) B=64 and HalfCheetah B=64 on
+  ``--workers`` workers: the workers' CPU an item ÷ the caller's CPU an item is how many workers the
+  calling process can keep busy before its own work is the bottleneck.
+"""
+from __future__ import annotations
+
+import statistics
+import time
+from typing import Any
+
+import numpy as np
+
+from plan_parallel.cli.bench.roots import SleepyWalk
+from plan_parallel.cli.bench.timing import measure
+
+__all__ = ["AMDAHL_CASES", "PAUSE", "bench_scale", "sleep_row"]
+
+PAUSE = 2e-3  # seconds a SleepyWalk step sleeps
+# (label, env id, kwargs, items a call): the real envs of the Amdahl table.
+AMDAHL_CASES: list[tuple[str, str, dict[str, Any], int]] = [
+    ("CartPole-v1", "CartPole-v1", {}, 512),
+    ("Pong RGB fs1", "ALE/Pong-v5", {"frameskip": 1}, 64),
+    ("HalfCheetah-v5", "HalfCheetah-v5", {}, 64),
+]
+
+
+def _workload(env: Any, n: int) -> tuple[list, np.ndarray]:
+    """``n`` states (a short walk from a seeded reset) and ``n`` actions for them."""
+    state, _, _ = env.reset(seed=0)
+    states = [state]
+    rng = np.random.default_rng(0)
+    while len(states) < n:
+        states.append(env.step(int(rng.integers(env.action_space.n)) if hasattr(env.action_space, "n")
+                               else env.action_space.sample(), states[-1])[0])
+    actions = np.array([env.action_space.sample() for _ in range(n)])
+    return states, actions
+
+
+def sleep_row(workers: int, per_worker: int, repeats: int, item_seconds: float) -> dict[str, float]:
+    """One row of the sleeping env's table: W = ``workers``, ``per_worker`` items each, ``repeats`` timed calls
+    after one untimed; ``item_seconds``: an item's time stepped here (inline)."""
+    import plan_parallel as pp
+
+    n = workers * per_worker
+    policy = pp.ExecutionPolicy(n_workers=workers, placement="workers")
+    with pp.make(SleepyWalk, pause=PAUSE, execution=policy) as env:
+        states, actions = _workload(env, n)
+        env.step_batch(actions, states)  # the workers' first chunks
+        walls, cpus = [], []
+        for _ in range(repeats):
+            c0, t0 = time.process_time(), time.perf_counter()
+            env.step_batch(actions, states)
+            walls.append(time.perf_counter() - t0)
+            cpus.append(time.process_time() - c0)
+    wall, cpu = statistics.median(walls), statistics.median(cpus)
+    speedup = n * item_seconds / wall
+    return {"items": n, "wall": wall, "speedup": speedup, "eff": speedup / workers, "cpu_item": cpu / n,
+            "cpu_call": cpu}
+
+
+def _amdahl_row(label: str, env_id: str, kw: dict, n: int, repeats: int, workers: int) -> str:
+    import plan_parallel as pp
+
+    policy = pp.ExecutionPolicy(n_workers=workers, placement="workers")
+    with pp.make(env_id, backend="inline", **kw) as ref, pp.make(env_id, execution=policy, **kw) as env:
+        states, actions = _workload(ref, n)
+        t = measure({"workers": lambda: env.step_batch(actions, states)}, repeats,
+                    pids={"workers": lambda: env.pids})["workers"]
+    caller, worker = t.caller_cpu / n, t.worker_cpu / n
+    return (f"{label:<16} {n:>5} {caller * 1e6:>10.1f} {worker * 1e6:>10.1f} {worker / caller:>10.1f}"
+            f" {t.wall / n * 1e6:>10.1f}")
+
+
+def bench_scale(repeats: int, quick: bool, workers: int) -> list[str]:
+    """The sleeping env's scaling table (W 1-64; 1-4 with ``quick``) and the Amdahl bound of the real envs."""
+    import plan_parallel as pp
+
+    ws = (1, 2, 4) if quick else (1, 2, 4, 8, 16, 32, 64)
+    ks = (32, 4)
+    with pp.make(SleepyWalk, pause=PAUSE, backend="inline") as inline:
+        states, actions = _workload(inline, 32)
+        t0 = time.perf_counter()
+        inline.step_batch(actions, states)
+        item_seconds = (time.perf_counter() - t0) / 32
+    lines = [
+        f"scaling with W workers, every batch on the workers: SleepyWalk (each step sleeps {PAUSE * 1e3:g} ms, "
+        f"{item_seconds * 1e3:.3f} ms an item inline), k items a worker, B = W k items a call; "
+        f"medians of {repeats} calls",
+        "speedup: B x an item's inline time ÷ a call's wall time; eff: speedup ÷ W; caller CPU: this process's, "
+        "per item and per call",
+        f"{'W':>3} {'k':>3} {'B':>5} {'call ms':>8} {'speedup':>8} {'eff':>5} {'caller us/item':>14} "
+        f"{'caller us/call':>14}",
+    ]
+    for k in ks:
+        for w in ws:
+            r = sleep_row(w, k, repeats, item_seconds)
+            lines.append(f"{w:>3} {k:>3} {int(r['items']):>5} {r['wall'] * 1e3:>8.1f} {r['speedup']:>8.2f} "
+                         f"{r['eff']:>5.2f} {r['cpu_item'] * 1e6:>14.1f} {r['cpu_call'] * 1e6:>14.0f}")
+    lines += [
+        "",
+        f"the Amdahl bound of real envs (W={workers}, every batch on the workers): CPU microseconds an item, the "
+        "caller's and the workers'; bound: workers' ÷ caller's, the workers the calling process can keep busy",
+        f"{'workload':<16} {'B':>5} {'caller us':>10} {'workers us':>10} {'bound W':>10} {'wall us':>10}",
+    ]
+    for label, env_id, kw, n in AMDAHL_CASES[:1] if quick else AMDAHL_CASES:
+        lines.append(_amdahl_row(label, env_id, kw, n, repeats, workers))
+    return lines
