@@ -24,8 +24,7 @@ import numpy as np
 import pytest
 
 import plan_parallel as pp
-from plan_parallel.batch.policy import ENV_WORKERS, available_cpus
-from plan_parallel.workers.cores import feed_order, worker_cores
+from plan_parallel.workers.cores import ENV_WORKERS, available_cpus, feed_order, worker_cores
 from tests.deadline import Hang, call_with_deadline
 from tests.envs import PidEnv
 from tests.envs_faults import SlowEnv

@@ -10,14 +10,13 @@ settings measured on one 2-core machine are one opt-in profile, :meth:`Execution
 from __future__ import annotations
 
 import dataclasses
-import os
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["ENV_WORKERS", "HERE_BELOW_SECONDS", "PLACEMENTS", "ExecutionPolicy", "available_cpus"]
+from plan_parallel.workers.cores import available_cpus
 
-#: The environment variable that sets the default worker count (a positive integer).
-ENV_WORKERS = "PLAN_PARALLEL_WORKERS"
+__all__ = ["HERE_BELOW_SECONDS", "PLACEMENTS", "ExecutionPolicy"]
+
 #: The default threshold of the ``"rule"`` placement, the cost of a call to the workers: a batch for which they
 #: would save less time than this runs in the calling process. A call of 2 tiny items on process workers costs the
 #: caller 0.3-0.7 ms of wall time and 0.2-0.4 ms of CPU (``plan-parallel bench --suite process``, 2-core VM).
@@ -25,24 +24,6 @@ HERE_BELOW_SECONDS = 1e-3
 #: Where batches run: ``"rule"`` (the default: see :class:`ExecutionPolicy`), ``"workers"`` (every batch),
 #: ``"here"`` (every batch in the calling process: for debugging) or ``"adaptive"`` (measured: the tuned profile).
 PLACEMENTS = ("rule", "workers", "here", "adaptive")
-
-
-def available_cpus() -> int:
-    """The CPUs this process may use: :data:`ENV_WORKERS` if set, else the smallest of the CPU count, this
-    process's CPU affinity and its container's CPU quota (cgroup ``cpu.max`` or ``cpu.cfs_quota_us``,
-    rounded up), as ``loky.cpu_count`` reads them.
-
-    Raises:
-        ValueError: :data:`ENV_WORKERS` set to other than a positive integer.
-    """
-    text = os.environ.get(ENV_WORKERS)
-    if text is not None:
-        if not text.strip().isdigit() or int(text) < 1:
-            raise ValueError(f"{ENV_WORKERS} must be a positive integer, got {text!r}")
-        return int(text)
-    from loky import cpu_count
-
-    return max(1, int(cpu_count(only_physical_cores=False)))
 
 
 def _check_bool(name: str, value: Any) -> None:
@@ -58,8 +39,9 @@ class ExecutionPolicy:
     ``env.execution`` is the one in force, with its worker count filled in. Its ``repr`` says what it does.
 
     Args:
-        n_workers: worker processes (or Ray actors). None: :func:`available_cpus`, the CPUs this process
-            may use (affinity, container quota, or the :data:`ENV_WORKERS` environment variable).
+        n_workers: worker processes (or Ray actors). None: the CPUs this process may use
+            (:func:`~plan_parallel.workers.cores.available_cpus`: its affinity, its container's CPU quota, or
+            the ``PLAN_PARALLEL_WORKERS`` environment variable).
         placement: where a batch runs; one of :data:`PLACEMENTS`. ``"rule"`` (default): a batch its caller
             waits for runs in the calling process when the time W workers would save it, its env time times
             (1 - 1/W), is under ``here_below`` seconds (its env time estimated from the workers' own measured

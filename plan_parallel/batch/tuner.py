@@ -9,12 +9,12 @@ or times anything itself, so it is tested without processes. The measurements be
 from __future__ import annotations
 
 import math
-import os
 
 from plan_parallel.batch.feeder import QUEUED_PER_WORKER
+from plan_parallel.workers.cores import available_cpus
 
 __all__ = ["CHUNK_SECONDS", "EXPLORE_EVERY", "FIRST_SAMPLES", "HEAVY_ITEM_SECONDS", "MAX_EXPLORE_FACTOR", "MAX_RISE",
-           "MIN_CHUNK_SECONDS", "PLACES", "SETTLED_TIMED_EVERY", "WORKER_SHARE_SECONDS", "Tuner", "usable_cores"]
+           "MIN_CHUNK_SECONDS", "PLACES", "SETTLED_TIMED_EVERY", "WORKER_SHARE_SECONDS", "Tuner"]
 
 EXPLORE_EVERY = 32  # a place as fast as the fastest is re-measured after this many batches of its size class
 MAX_EXPLORE_FACTOR = 8  # and one r times slower after r**2 times as many (r at most this)
@@ -77,19 +77,12 @@ class Figures:
         self.quiet = 0
 
 
-def usable_cores() -> int:
-    """The cores this process may run on (its CPU affinity where the OS has one)."""
-    if hasattr(os, "sched_getaffinity"):
-        return len(os.sched_getaffinity(0))
-    return os.cpu_count() or 1
-
-
 class Tuner:
     """Decides where each batch runs and how it is chunked.
 
     Args:
         n_workers: the pool's worker count.
-        cores: the cores this process may run on (default: its CPU affinity, or the CPU count).
+        cores: the CPUs this process may use (default: :func:`~plan_parallel.workers.cores.available_cpus`).
         chunk_seconds: the env time a chunk holds at least when a worker's share of a batch
             is split in several (default: :data:`CHUNK_SECONDS`).
         workers_here: the workers run on this process's machine and use its ``cores`` (False: they may
@@ -117,7 +110,7 @@ class Tuner:
         self.here_below = here_below
         self.workers_here = workers_here
         self.chunk_seconds = CHUNK_SECONDS if chunk_seconds is None else chunk_seconds
-        self.cores = cores or usable_cores()
+        self.cores = cores or available_cpus()
         # A shared batch runs on the calling process and at most this many workers: one
         # process per core (a third busy process on 2 cores only takes turns on them).
         self.share_workers = max(1, min(n_workers, self.cores - 1))

@@ -1,7 +1,8 @@
 """Which core a process worker runs on: pinning workers apart, and where the calling thread runs now.
 
-All of it is the execution policy's opt-in host settings (``pin_workers``, ``move_caller``): by default
-no worker is pinned and the calling thread's affinity is never changed. Linux only
+And how many CPUs this process may use (:func:`available_cpus`, the default worker count). The rest is the
+execution policy's opt-in host settings (``pin_workers``, ``move_caller``): by default no worker is pinned and
+the calling thread's affinity is never changed. Pinning is Linux only
 (``os.sched_setaffinity``, glibc's ``sched_getcpu``); elsewhere workers run wherever the OS puts them and
 the calling thread's core is unknown.
 """
@@ -14,7 +15,29 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["check_pin_workers", "current_core", "feed_order", "move_off", "restore_cores", "run_on", "worker_cores"]
+__all__ = ["ENV_WORKERS", "available_cpus", "check_pin_workers", "current_core", "feed_order", "move_off",
+           "restore_cores", "run_on", "worker_cores"]
+
+#: The environment variable that sets the default worker count (a positive integer).
+ENV_WORKERS = "PLAN_PARALLEL_WORKERS"
+
+
+def available_cpus() -> int:
+    """The CPUs this process may use: :data:`ENV_WORKERS` if set, else the smallest of the CPU count, this
+    process's CPU affinity and its container's CPU quota (cgroup ``cpu.max`` or ``cpu.cfs_quota_us``,
+    rounded up), as ``loky.cpu_count`` reads them.
+
+    Raises:
+        ValueError: :data:`ENV_WORKERS` set to other than a positive integer.
+    """
+    text = os.environ.get(ENV_WORKERS)
+    if text is not None:
+        if not text.strip().isdigit() or int(text) < 1:
+            raise ValueError(f"{ENV_WORKERS} must be a positive integer, got {text!r}")
+        return int(text)
+    from loky import cpu_count
+
+    return max(1, int(cpu_count(only_physical_cores=False)))
 
 
 def check_pin_workers(pin: Any) -> None:

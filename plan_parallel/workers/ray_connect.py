@@ -13,6 +13,8 @@ import tempfile
 from collections.abc import Iterator
 from typing import Any
 
+from plan_parallel.workers.cores import available_cpus
+
 __all__ = ["connect", "import_ray", "is_private"]
 
 
@@ -87,7 +89,7 @@ def connect(address: str | None) -> bool:
         atexit.register(shutil.rmtree, temp_dir, ignore_errors=True)  # runs after _shutdown (LIFO)
         with _loopback_only(ray):
             ray.init(
-                address="local", num_cpus=os.cpu_count() or 1, num_gpus=0,
+                address="local", num_cpus=available_cpus(), num_gpus=0,
                 include_dashboard=False, log_to_driver=False,
                 logging_level="ERROR", object_store_memory=256 * 2**20,
                 _temp_dir=temp_dir,

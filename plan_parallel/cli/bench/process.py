@@ -91,9 +91,9 @@ def bench_process(repeats: int, quick: bool, workers: int,
     execution profile (``ExecutionPolicy.tuned()``); items/s, ratios, the row's own ceiling, and the CPU per
     item of the caller and of the workers (``cases``: :data:`CASES`)."""
     import plan_parallel as pp
-    from plan_parallel.batch.tuner import usable_cores
+    from plan_parallel.workers.cores import available_cpus
 
-    cores = usable_cores()
+    cores = available_cpus()
     sizes = (8, 64) if quick else (8, 64, 512)
     dts = (1,) if quick else (1, 4)
     lines = [
