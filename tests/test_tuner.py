@@ -225,8 +225,20 @@ def test_chunks_one_per_worker_until_step_times_are_known_then_up_to_three() -> 
     assert t.n_chunks(64, 64) == 2
     t = Tuner(2)
     t.learn_step(1e-3)  # 64 steps of 1 ms on 2 workers: 32 ms each
-    assert t.n_chunks(64, 64) == 6
+    assert t.n_chunks(64, 64) == 4  # 3 chunks of >= 10 ms each would cost the caller over 5 % of 32 ms: 2 each
+    assert t.n_chunks(512, 512) == 6  # 256 ms each: 3 chunks each
     assert t.n_chunks(5, 5) == 2  # too few items to split further
+
+
+def test_many_workers_get_one_chunk_each_when_more_would_hold_the_last_one_back() -> None:
+    """The calling process writes chunks one after another (~0.3 ms each): on 32 workers with 64 ms each, 3
+    chunks a worker are 96 chunks, ~29 ms of writing before the last worker starts; 1 each: ~10 ms. Measured
+    (bench --suite scale, SleepyWalk, k=32): the caller's CPU an item 20-28 -> 6-8 us at W >= 8, efficiency at
+    W=64 0.49 -> 0.62-0.74 (docs/measurements.md)."""
+    t = Tuner(32)
+    t.learn_step(2e-3)
+    assert t.n_chunks(32 * 32, 32 * 32) == 32
+    assert t.n_chunks(32 * 1024, 32 * 1024) == 96  # 2 s each: writing 96 chunks is 1.4 % of it
 
 
 def test_a_backend_with_costlier_chunks_splits_a_share_only_into_chunks_of_its_chunk_seconds() -> None:
@@ -245,8 +257,10 @@ def test_a_shared_batch_counts_the_calling_process_as_one_more_worker_and_leaves
     assert t.n_chunks(64, 64, share=True) == 5, "one more chunk than the 2 x 2 the workers hold queued"
     assert t.n_chunks(3, 3, share=True) == 3
     t = Tuner(2, cores=3)
-    t.learn_step(1e-3)  # 64 steps of 1 ms on 3: 21 ms each
-    assert t.n_chunks(64, 64, share=True) == 6
+    t.learn_step(1e-3)  # 64 steps of 1 ms on 3: 21 ms each, 1 chunk each (more would cost the caller > 5 %)
+    assert t.n_chunks(64, 64, share=True) == 5  # and one more than the 2 x 2 the workers hold queued
+    t.learn_step(1e-2)  # the EMA: 2.8 ms a step
+    assert t.n_chunks(64, 64, share=True) == 9  # 60 ms each: 3 each
 
 
 def test_a_shared_batch_leaves_the_calling_process_a_core() -> None:

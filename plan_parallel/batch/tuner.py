@@ -13,8 +13,9 @@ import math
 from plan_parallel.batch.feeder import QUEUED_PER_WORKER
 from plan_parallel.workers.cores import available_cpus
 
-__all__ = ["CHUNK_SECONDS", "EXPLORE_EVERY", "FIRST_SAMPLES", "HEAVY_ITEM_SECONDS", "MAX_EXPLORE_FACTOR", "MAX_RISE",
-           "MIN_CHUNK_SECONDS", "PLACES", "SETTLED_TIMED_EVERY", "WORKER_SHARE_SECONDS", "Tuner"]
+__all__ = ["CALLER_SHARE", "CHUNK_CALLER_SECONDS", "CHUNK_SECONDS", "EXPLORE_EVERY", "FIRST_SAMPLES",
+           "HEAVY_ITEM_SECONDS", "MAX_EXPLORE_FACTOR", "MAX_RISE", "MIN_CHUNK_SECONDS", "PLACES",
+           "SETTLED_TIMED_EVERY", "WORKER_SHARE_SECONDS", "Tuner"]
 
 EXPLORE_EVERY = 32  # a place as fast as the fastest is re-measured after this many batches of its size class
 MAX_EXPLORE_FACTOR = 8  # and one r times slower after r**2 times as many (r at most this)
@@ -27,6 +28,11 @@ MAX_RISE = 1.1
 CHUNK_SECONDS = 10e-3
 # Env time worth a message of its own (a chunk costs the caller ~0.1-0.4 ms of CPU).
 MIN_CHUNK_SECONDS = 1e-3
+# What writing a chunk and absorbing its reply costs the calling process (~0.2-0.3 ms on a 2-core VM: bench --suite
+# scale), and the share of a worker's part of a batch the writing of all chunks may take: more chunks than the
+# workers only while W x chunks x this cost stays under that share.
+CHUNK_CALLER_SECONDS = 0.3e-3
+CALLER_SHARE = 0.05
 # While a place is settled on, one batch in this many is timed for its figure, which counts as this many
 # batches' (the same EMA, the same rise a batch): learning a batch costs ~2-3 us.
 SETTLED_TIMED_EVERY = 4
@@ -310,8 +316,10 @@ class Tuner:
             self.step_seconds = 0.8 * old + 0.2 * seconds_per_step
 
     def n_chunks(self, n: int, steps: int, share: bool = False) -> int:
-        """Chunks for a batch: one per worker, or up to 3 per worker when each still takes >= :attr:`chunk_seconds`;
-        fewer than the workers when a chunk would hold under MIN_CHUNK_SECONDS of env time.
+        """Chunks for a batch: one per worker, or up to 3 per worker when each still takes >= :attr:`chunk_seconds`
+        and writing them all costs the calling process under :data:`CALLER_SHARE` of a worker's part
+        (:data:`CHUNK_CALLER_SECONDS` a chunk); fewer than the workers when a chunk would hold under
+        MIN_CHUNK_SECONDS of env time.
 
         More chunks than workers, handed out as workers finish, keep a worker
         slowed by a noisy neighbour from holding the whole batch back; a chunk
@@ -333,4 +341,8 @@ class Tuner:
         if work < w * MIN_CHUNK_SECONDS or n < 4 * w:
             return max(1, min(n, w, int(work // MIN_CHUNK_SECONDS)))
         per_worker = work / w
-        return min(n, w * int(max(1, min(3, per_worker // self.chunk_seconds))))
+        each = min(3, per_worker // self.chunk_seconds)  # chunks a worker
+        # ... while the calling process writes them all in a small part of a worker's share of the batch: it writes
+        # one chunk after another, so the last worker waits for the others' chunks to be written first.
+        each = min(each, CALLER_SHARE * per_worker / (w * CHUNK_CALLER_SECONDS))
+        return min(n, w * int(max(1, each)))
