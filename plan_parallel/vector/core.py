@@ -78,7 +78,7 @@ class VectorCore(VectorAttrs, VectorEnv):  # type: ignore[misc]  # np_random(_se
                 :mod:`plan_parallel.vector.fns`).
             num_envs: N, the number of sub-envs (any N >= 1, independent of ``n_workers``;
                 default 1, or ``len(env_fns)``).
-            n_workers: workers of the ``"process"`` and ``"ray"`` backends (default: CPU count).
+            n_workers: workers of the ``"process"`` and ``"ray"`` backends (default: the CPUs this process may use).
             backend: ``"inline"``, ``"process"`` (default) or ``"ray"``, as :func:`plan_parallel.make`.
             autoreset_mode: ``AutoresetMode.NEXT_STEP`` (default), ``SAME_STEP`` or
                 ``DISABLED`` (or their string values), with gymnasium's conventions.
