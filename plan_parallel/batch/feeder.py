@@ -104,8 +104,10 @@ class Feeder:
         if not self.waiting:  # (the pool fills at every pump: most find nothing to send)
             return
         order: Sequence[int] = range(len(slots))
-        if not any(f.job is not None and f.job.keys is not None for f in self.waiting):
-            order = feed_order([s.worker.core for s in slots], current_core())
+        cores = [s.worker.core for s in slots]
+        if any(c is not None for c in cores) and not any(f.job is not None and f.job.keys is not None
+                                                           for f in self.waiting):
+            order = feed_order(cores, current_core())  # (pinned workers only: the policy's pin_workers)
         for _ in range(QUEUED_PER_WORKER):
             for i in order:
                 slot = slots[i]
