@@ -72,9 +72,9 @@ _WHY: dict[str, dict[str, dict[str, tuple[Any, str]]]] = {
     "HalfCheetah-v5": {
         "shooting": {
             "budget": (200, "4 CEM rounds of 50 sequences; 3,000 env steps (15,000 MuJoCo frames) a decision: "
-                            "8,202 over 1,000 steps on seed 0 (process W=2, 9.7 decisions/s; random play: see "
-                            "docs/planning.md); budget 64, horizon 20, 2 rounds scored 107 in the first 60 steps, "
-                            "this preset 230"),
+                            "8,202 over 1,000 steps on seed 0 (process W=2, 9.7 decisions/s), then 8,202, 2,086 and "
+                            "7,965 on seeds 0-2 (random play -301; docs/planning.md); budget 64, horizon 20, 2 rounds "
+                            "scored 107 in the first 60 steps, this preset 230"),
             "horizon": (15, "15 steps of 0.05 s: 0.75 s, a stride or two; the 8,202 above was measured with it"),
             "iterations": (4, "the torques are continuous (6 joints): three refits of the Gaussian narrow it onto "
                               "a gait; the 8,202 above was measured with it"),
@@ -82,9 +82,10 @@ _WHY: dict[str, dict[str, dict[str, tuple[Any, str]]]] = {
     },
     "ALE/Pong-v5": {
         "mcts": {
-            "budget": (32, "+17 to +21 in 2,000 decisions on seeds 0-4 (README table): 2,688 frames a decision"),
+            "budget": (32, "2,688 frames a decision: full episodes won 21-1 and 21-2 on seeds 0-1 (2,660 and "
+                           "2,859 decisions; docs/planning.md); earlier +17 to +21 in 2,000 decisions on seeds 0-4"),
             "leaves_per_batch": (16, "two batches a decision: big enough to feed two workers (bench --suite mcts)"),
-            "rollout_depth": (20, "20 actions of 4 frames; measured with it: the +17 to +21 above"),
+            "rollout_depth": (20, "20 actions of 4 frames; measured with it: the games above"),
         },
         "shooting": {
             "budget": (32, "the MCTS preset's simulations as sequences (not measured for shooting on its own)"),
