@@ -194,7 +194,7 @@ def test_large_pickled_states_several_chunks_per_actor() -> None:
     """400 KB opaque states each way, 3 chunks per actor: the workload that deadlocks the process
     backend's pipes (tests/test_pipe_deadlock.py) goes through Ray's object store. (Ray splits a
     share in chunks of 250 ms: this tuner splits 24 steps of ~1 ms in 3 chunks an actor.)"""
-    tuner = Tuner(2, "workers", chunk_seconds=2e-3)
+    tuner = Tuner(2, "workers", chunk_seconds=2e-3, chunk_caller_seconds=0)  # (no cap on the chunks' count)
     with BatchEnv(EnvFactory(BigStateEnv, {}), backend="ray", n_workers=2, timeout=20.0, tuner=tuner) as env, \
             pp.make(BigStateEnv, backend="inline") as ref:
         s0 = env.reset(seed=0)[0]

@@ -100,13 +100,15 @@ class Tuner:
             ``"share"`` (the workers and the calling process run chunks of the
             same batch).
         here_below: the ``"rule"`` mode's threshold (seconds of env time a batch).
+        chunk_caller_seconds: what a chunk costs the calling process (see :meth:`n_chunks`; 0: no limit).
 
     Raises:
         ValueError: unknown mode, or n_workers < 1.
     """
 
     def __init__(self, n_workers: int, mode: str = "auto", cores: int | None = None,
-                 chunk_seconds: float | None = None, workers_here: bool = True, here_below: float = 1e-3) -> None:
+                 chunk_seconds: float | None = None, workers_here: bool = True, here_below: float = 1e-3,
+                 chunk_caller_seconds: float = CHUNK_CALLER_SECONDS) -> None:
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
         if n_workers < 1:
@@ -116,6 +118,7 @@ class Tuner:
         self.here_below = here_below
         self.workers_here = workers_here
         self.chunk_seconds = CHUNK_SECONDS if chunk_seconds is None else chunk_seconds
+        self.chunk_caller_seconds = chunk_caller_seconds
         self.cores = cores or available_cpus()
         # A shared batch runs on the calling process and at most this many workers: one
         # process per core (a third busy process on 2 cores only takes turns on them).
@@ -318,7 +321,7 @@ class Tuner:
     def n_chunks(self, n: int, steps: int, share: bool = False) -> int:
         """Chunks for a batch: one per worker, or up to 3 per worker when each still takes >= :attr:`chunk_seconds`
         and writing them all costs the calling process under :data:`CALLER_SHARE` of a worker's part
-        (:data:`CHUNK_CALLER_SECONDS` a chunk); fewer than the workers when a chunk would hold under
+        (:attr:`chunk_caller_seconds` a chunk); fewer than the workers when a chunk would hold under
         MIN_CHUNK_SECONDS of env time.
 
         More chunks than workers, handed out as workers finish, keep a worker
@@ -344,5 +347,6 @@ class Tuner:
         each = min(3, per_worker // self.chunk_seconds)  # chunks a worker
         # ... while the calling process writes them all in a small part of a worker's share of the batch: it writes
         # one chunk after another, so the last worker waits for the others' chunks to be written first.
-        each = min(each, CALLER_SHARE * per_worker / (w * CHUNK_CALLER_SECONDS))
+        if self.chunk_caller_seconds > 0:
+            each = min(each, CALLER_SHARE * per_worker / (w * self.chunk_caller_seconds))
         return min(n, w * int(max(1, each)))
