@@ -29,6 +29,7 @@ pytestmark = [pytest.mark.timeout(120)]
     ({"here_below": -1}, ValueError, "here_below must be a number of seconds >= 0, got -1"),
     ({"pin_workers": 1}, TypeError, "pin_workers must be True or False, got 1"),
     ({"batch_scheduling": "yes"}, TypeError, "batch_scheduling must be True or False, got 'yes'"),
+    ({"max_chunks_per_worker": 0}, ValueError, "max_chunks_per_worker must be an integer >= 1, got 0"),
     ({"move_caller": True}, ValueError, "move_caller moves the calling thread off pinned workers' cores: it "
                                         "needs pin_workers=True"),
 ])
@@ -71,10 +72,11 @@ def test_the_shorthands_set_the_policy_and_the_worker_count_is_filled_in() -> No
 def test_the_repr_says_what_the_policy_does() -> None:
     assert repr(pp.ExecutionPolicy()) == (
         "ExecutionPolicy(n_workers=the CPUs this process may use; placement='rule': here when the workers would "
-        "save a batch under 1 ms (its env time by their step time, x (1 - 1/W)), else on the workers; host "
-        "settings: none)")
+        "save a batch under 1 ms (its env time by their step time, x (1 - 1/W)), else on the workers; up to 3 "
+        "chunks a worker; host settings: none)")
     assert repr(pp.ExecutionPolicy(n_workers=4, placement="workers", pin_workers=True)) == (
-        "ExecutionPolicy(n_workers=4; placement='workers': every batch on the workers; host settings: pin_workers)")
+        "ExecutionPolicy(n_workers=4; placement='workers': every batch on the workers; up to 3 chunks a worker; "
+        "host settings: pin_workers)")
 
 
 def test_the_rule_is_a_function_of_the_workers_reported_step_time() -> None:
@@ -89,6 +91,15 @@ def test_the_rule_is_a_function_of_the_workers_reported_step_time() -> None:
     elsewhere = Tuner(2, "rule", workers_here=False)
     elsewhere.learn_step(1e-9)
     assert elsewhere.by_rule(1) == "workers"  # a cluster's env is never built in this process
+
+
+def test_the_chunks_a_worker_at_most() -> None:
+    for at_most, chunks in ((1, 2), (2, 4), (3, 6)):
+        tuner = Tuner(2, "rule", max_chunks=at_most)
+        tuner.learn_step(1e-3)  # 1 ms a step: 512 steps are 256 ms a worker
+        assert tuner.n_chunks(512, 512) == chunks
+    with pp.make("CartPole-v1", execution=pp.ExecutionPolicy(n_workers=2, max_chunks_per_worker=1)) as env:
+        assert env.execution.max_chunks_per_worker == 1
 
 
 @pytest.mark.parametrize("placement", ["rule", "workers", "here", "adaptive"])

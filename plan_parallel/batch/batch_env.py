@@ -129,7 +129,8 @@ class BatchEnv:
                            "ipc_seconds": 0.0, "lent_batches": 0})
         self._placement = Placement(
             self._pool, tuner or Tuner(n, TUNER_MODES[policy.placement], chunk_seconds=chosen.worker_type.chunk_seconds,
-                                       workers_here=chosen.workers_here, here_below=policy.here_below),
+                                       workers_here=chosen.workers_here, here_below=policy.here_below,
+                                       max_chunks=policy.max_chunks_per_worker),
             lambda: PlanEnv(factory, adapter=adapter), self.stats)
         try:
             info = self._pool.start()

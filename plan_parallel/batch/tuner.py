@@ -101,6 +101,7 @@ class Tuner:
             same batch).
         here_below: the ``"rule"`` mode's threshold (seconds of env time a batch).
         chunk_caller_seconds: what a chunk costs the calling process (see :meth:`n_chunks`; 0: no limit).
+        max_chunks: chunks a worker at most (see :meth:`n_chunks`).
 
     Raises:
         ValueError: unknown mode, or n_workers < 1.
@@ -108,7 +109,7 @@ class Tuner:
 
     def __init__(self, n_workers: int, mode: str = "auto", cores: int | None = None,
                  chunk_seconds: float | None = None, workers_here: bool = True, here_below: float = 1e-3,
-                 chunk_caller_seconds: float = CHUNK_CALLER_SECONDS) -> None:
+                 chunk_caller_seconds: float = CHUNK_CALLER_SECONDS, max_chunks: int = 3) -> None:
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
         if n_workers < 1:
@@ -119,6 +120,7 @@ class Tuner:
         self.workers_here = workers_here
         self.chunk_seconds = CHUNK_SECONDS if chunk_seconds is None else chunk_seconds
         self.chunk_caller_seconds = chunk_caller_seconds
+        self.max_chunks = max_chunks
         self.cores = cores or available_cpus()
         # A shared batch runs on the calling process and at most this many workers: one
         # process per core (a third busy process on 2 cores only takes turns on them).
@@ -319,8 +321,8 @@ class Tuner:
             self.step_seconds = 0.8 * old + 0.2 * seconds_per_step
 
     def n_chunks(self, n: int, steps: int, share: bool = False) -> int:
-        """Chunks for a batch: one per worker, or up to 3 per worker when each still takes >= :attr:`chunk_seconds`
-        and writing them all costs the calling process under :data:`CALLER_SHARE` of a worker's part
+        """Chunks for a batch: one per worker, or up to :attr:`max_chunks` per worker when each still takes
+        >= :attr:`chunk_seconds` and writing them all costs the calling process under :data:`CALLER_SHARE` of a worker's part
         (:attr:`chunk_caller_seconds` a chunk); fewer than the workers when a chunk would hold under
         MIN_CHUNK_SECONDS of env time.
 
@@ -344,7 +346,7 @@ class Tuner:
         if work < w * MIN_CHUNK_SECONDS or n < 4 * w:
             return max(1, min(n, w, int(work // MIN_CHUNK_SECONDS)))
         per_worker = work / w
-        each = min(3, per_worker // self.chunk_seconds)  # chunks a worker
+        each = min(self.max_chunks, per_worker // self.chunk_seconds)  # chunks a worker
         # ... while the calling process writes them all in a small part of a worker's share of the batch: it writes
         # one chunk after another, so the last worker waits for the others' chunks to be written first.
         if self.chunk_caller_seconds > 0:
