@@ -106,14 +106,15 @@ _WHY: dict[str, dict[str, dict[str, tuple[Any, str]]]] = {
     },
     "ALE/Freeway-v5": {
         "mcts": {
-            "budget": (64, "the reward is a crossing, rare within a random rollout: a larger tree found more. At "
+            "budget": (80, "the reward is a crossing, rare within a random rollout: a larger tree found more. At "
                            "about the same cost (13,312-14,336 frames a decision, dt 8), the first 800 steps of "
                            "seed 0 scored 4 with budget 16 and depth 25, 7 with budget 32 and depth 12, 10 with "
-                           "budget 64 and depth 6"),
+                           "budget 64 and depth 6; full episodes, seeds 0-1: budget 64 scored 26 and 29, budget "
+                           "80 (17,920 frames a decision) 29 and 30 (DQN-paper human: 29.6)"),
             "leaves_per_batch": (16, "as for Pong: big enough batches to feed two workers (not measured for Freeway)"),
             "rollout_depth": (6, "6 actions of 32 frames (192 frames) after the tree: the budget went to the tree "
-                                 "instead (see budget); 64 x (1 + 6) x 8 = 3,584 env steps, 14,336 frames a decision"),
-            "dt": (8, "32 frames an edge, so a tree of 64 nodes reaches a crossing: at dt 4 and depth 25 (budget "
+                                 "instead (see budget); 80 x (1 + 6) x 8 = 4,480 env steps, 17,920 frames a decision"),
+            "dt": (8, "32 frames an edge, so a tree of 64-80 nodes reaches a crossing: at dt 4 and depth 25 (budget "
                       "32, 13,312 frames) 56% of decisions saw no reward and it scored 8 in 800 steps; at dt 2, "
                       "depth 25: 87% and 1 point in 300 steps (docs/planning.md)"),
         },
