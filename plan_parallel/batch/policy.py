@@ -15,7 +15,7 @@ from typing import Any
 
 from plan_parallel.workers.cores import available_cpus
 
-__all__ = ["HERE_BELOW_SECONDS", "PLACEMENTS", "ExecutionPolicy"]
+__all__ = ["HERE_BELOW_SECONDS", "MAX_CHUNKS_PER_WORKER", "PLACEMENTS", "ExecutionPolicy"]
 
 #: The default threshold of the ``"rule"`` placement, the cost of a call to the workers: a batch for which they
 #: would save less time than this runs in the calling process. A call of 2 tiny items on process workers costs the
@@ -24,6 +24,8 @@ HERE_BELOW_SECONDS = 1e-3
 #: Where batches run: ``"rule"`` (the default: see :class:`ExecutionPolicy`), ``"workers"`` (every batch),
 #: ``"here"`` (every batch in the calling process: for debugging) or ``"adaptive"`` (measured: the tuned profile).
 PLACEMENTS = ("rule", "workers", "here", "adaptive")
+#: The default of ``max_chunks_per_worker``: chunks a worker at most, for balance.
+MAX_CHUNKS_PER_WORKER = 3
 
 
 def _check_bool(name: str, value: Any) -> None:
@@ -73,7 +75,7 @@ class ExecutionPolicy:
     pin_workers: bool = False
     batch_scheduling: bool = False
     move_caller: bool = False
-    max_chunks_per_worker: int = 3
+    max_chunks_per_worker: int = MAX_CHUNKS_PER_WORKER
 
     def __post_init__(self) -> None:
         n = self.n_workers

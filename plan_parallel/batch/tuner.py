@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 
 from plan_parallel.batch.feeder import QUEUED_PER_WORKER
+from plan_parallel.batch.policy import HERE_BELOW_SECONDS, MAX_CHUNKS_PER_WORKER
 from plan_parallel.workers.cores import available_cpus
 
 __all__ = ["CALLER_SHARE", "CHUNK_CALLER_SECONDS", "CHUNK_SECONDS", "EXPLORE_EVERY", "FIRST_SAMPLES",
@@ -93,13 +94,13 @@ class Tuner:
             is split in several (default: :data:`CHUNK_SECONDS`).
         workers_here: the workers run on this process's machine and use its ``cores`` (False: they may
             run elsewhere, a Ray cluster's nodes, and leave this process's core free).
-        mode: ``"rule"`` (here when a batch's env time, by the workers' measured step time, is under
+        mode: ``"rule"`` (here when what the workers would save a batch, by their measured step time, is under
             ``here_below`` seconds; else on the workers: :meth:`by_rule`), ``"auto"`` (measure each place per op
             and size class, take the fastest), or one of :data:`PLACES` for every batch: ``"workers"``,
             ``"here"`` (in the calling process; for tests and debugging) or
             ``"share"`` (the workers and the calling process run chunks of the
             same batch).
-        here_below: the ``"rule"`` mode's threshold (seconds of env time a batch).
+        here_below: the ``"rule"`` mode's threshold (seconds the workers would save a batch).
         chunk_caller_seconds: what a chunk costs the calling process (see :meth:`n_chunks`; 0: no limit).
         max_chunks: chunks a worker at most (see :meth:`n_chunks`).
 
@@ -108,8 +109,9 @@ class Tuner:
     """
 
     def __init__(self, n_workers: int, mode: str = "auto", cores: int | None = None,
-                 chunk_seconds: float | None = None, workers_here: bool = True, here_below: float = 1e-3,
-                 chunk_caller_seconds: float = CHUNK_CALLER_SECONDS, max_chunks: int = 3) -> None:
+                 chunk_seconds: float | None = None, workers_here: bool = True,
+                 here_below: float = HERE_BELOW_SECONDS, chunk_caller_seconds: float = CHUNK_CALLER_SECONDS,
+                 max_chunks: int = MAX_CHUNKS_PER_WORKER) -> None:
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
         if n_workers < 1:

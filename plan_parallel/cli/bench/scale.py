@@ -18,8 +18,7 @@ import statistics
 import time
 from typing import Any
 
-import numpy as np
-
+from plan_parallel.cli.bench.common import make_workload
 from plan_parallel.cli.bench.roots import SleepyWalk
 from plan_parallel.cli.bench.timing import measure
 
@@ -34,27 +33,16 @@ AMDAHL_CASES: list[tuple[str, str, dict[str, Any], int]] = [
 ]
 
 
-def _workload(env: Any, n: int) -> tuple[list, np.ndarray]:
-    """``n`` states (a short walk from a seeded reset) and ``n`` actions for them."""
-    state, _, _ = env.reset(seed=0)
-    states = [state]
-    rng = np.random.default_rng(0)
-    while len(states) < n:
-        states.append(env.step(int(rng.integers(env.action_space.n)) if hasattr(env.action_space, "n")
-                               else env.action_space.sample(), states[-1])[0])
-    actions = np.array([env.action_space.sample() for _ in range(n)])
-    return states, actions
-
-
-def sleep_row(workers: int, per_worker: int, repeats: int, item_seconds: float) -> dict[str, float]:
-    """One row of the sleeping env's table: W = ``workers``, ``per_worker`` items each, ``repeats`` timed calls
-    after one untimed; ``item_seconds``: an item's time stepped here (inline)."""
+def sleep_row(workers: int, per_worker: int, repeats: int, item_seconds: float, states: list,
+              actions: Any) -> dict[str, float]:
+    """One row of the sleeping env's table: W = ``workers``, ``per_worker`` items each (the first of ``states``
+    and ``actions``), ``repeats`` timed calls after one untimed; ``item_seconds``: an item's time stepped here."""
     import plan_parallel as pp
 
     n = workers * per_worker
+    states, actions = states[:n], actions[:n]
     policy = pp.ExecutionPolicy(n_workers=workers, placement="workers")
     with pp.make(SleepyWalk, pause=PAUSE, execution=policy) as env:
-        states, actions = _workload(env, n)
         env.step_batch(actions, states)  # the workers' first chunks
         walls, cpus = [], []
         for _ in range(repeats):
@@ -73,7 +61,7 @@ def _amdahl_row(label: str, env_id: str, kw: dict, n: int, repeats: int, workers
 
     policy = pp.ExecutionPolicy(n_workers=workers, placement="workers")
     with pp.make(env_id, backend="inline", **kw) as ref, pp.make(env_id, execution=policy, **kw) as env:
-        states, actions = _workload(ref, n)
+        states, actions = make_workload(ref, n)
         t = measure({"workers": lambda: env.step_batch(actions, states)}, repeats,
                     pids={"workers": lambda: env.pids})["workers"]
     caller, worker = t.caller_cpu / n, t.worker_cpu / n
@@ -87,10 +75,10 @@ def bench_scale(repeats: int, quick: bool, workers: int) -> list[str]:
 
     ws = (1, 2, 4) if quick else (1, 2, 4, 8, 16, 32, 64)
     ks = (32, 4)
-    with pp.make(SleepyWalk, pause=PAUSE, backend="inline") as inline:
-        states, actions = _workload(inline, 32)
+    with pp.make(SleepyWalk, pause=PAUSE, backend="inline") as inline:  # the start states of every row, once
+        states, actions = make_workload(inline, max(ws) * max(ks))
         t0 = time.perf_counter()
-        inline.step_batch(actions, states)
+        inline.step_batch(actions[:32], states[:32])
         item_seconds = (time.perf_counter() - t0) / 32
     lines = [
         f"scaling with W workers, every batch on the workers: SleepyWalk (each step sleeps {PAUSE * 1e3:g} ms, "
@@ -103,7 +91,7 @@ def bench_scale(repeats: int, quick: bool, workers: int) -> list[str]:
     ]
     for k in ks:
         for w in ws:
-            r = sleep_row(w, k, repeats, item_seconds)
+            r = sleep_row(w, k, repeats, item_seconds, states, actions)
             lines.append(f"{w:>3} {k:>3} {int(r['items']):>5} {r['wall'] * 1e3:>8.1f} {r['speedup']:>8.2f} "
                          f"{r['eff']:>5.2f} {r['cpu_item'] * 1e6:>14.1f} {r['cpu_call'] * 1e6:>14.0f}")
     lines += [
