@@ -16,13 +16,10 @@ from plan_parallel.cli.plan import episode_end, summarize
 from plan_parallel.planners import RandomShooting, run_episode
 
 ROOT = Path(__file__).resolve().parent.parent
-# hooks the parallel backends call on a PlanEnv (run_raw in a worker, validate_all for a batch run here, step_from
-# on a vector env's resident envs)
-BACKEND_HOOKS = {"observation_form", "rollout_raw", "run_raw", "step_from", "validate_all"}
-# what only a pool of workers has
+# what only a pool of workers has (the hooks the backends call are on the envs' engines, not their public face:
+# plan_parallel.env.plan_env.engine_of, plan_parallel.batch.batch_env.batch_engine_of)
 PARALLEL_ONLY = {"context", "execution", "max_restarts", "pids", "place_step", "rollout_batch_async", "run_placed_here",
-                 "small_batch_inline", "step_batch_async",
-                 "step_batch_checked_async", "timeout"}
+                 "small_batch_inline", "step_batch_async", "timeout"}
 
 
 def public(obj: object) -> set[str]:
@@ -34,7 +31,7 @@ def test_batch_env_is_on_the_package_face_with_plan_envs_surface() -> None:
     inline = pp.make("CartPole-v1", backend="inline")
     with pp.make("CartPole-v1", backend="process", n_workers=1) as batch:
         assert isinstance(batch, pp.BatchEnv) and isinstance(inline, pp.PlanEnv)
-        assert public(inline) - BACKEND_HOOKS == public(batch) - PARALLEL_ONLY
+        assert public(inline) == public(batch) - PARALLEL_ONLY
         assert batch.reseedable is inline.reseedable is True
         state, _, _ = batch.reset(seed=3)
         batch.validate(state)
@@ -92,6 +89,8 @@ def test_a_cartpole_episode_at_the_time_limit_does_not_read_terminated() -> None
 def test_step_batch_checked_equals_step_batch_wherever_it_runs(mode: str) -> None:
     """The vector face's entry (canonical actions, states it validated) gives step_batch's result on every place."""
     from plan_parallel.batch import BatchEnv, Tuner
+    from plan_parallel.batch.batch_env import batch_engine_of
+    from plan_parallel.env.plan_env import engine_of
     from plan_parallel.factory import EnvFactory
     from tests.helpers import assert_batches_equal
 
@@ -100,15 +99,17 @@ def test_step_batch_checked_equals_step_batch_wherever_it_runs(mode: str) -> Non
     actions = np.array([1, 0, 0, 1, 1, 0])
     want = inline.step_batch(actions, states)
     with BatchEnv(EnvFactory("CartPole-v1", {}), n_workers=2, tuner=Tuner(2, mode)) as env:
-        assert_batches_equal(env.step_batch_checked(actions, states, 1, validated=True), want)
-        assert_batches_equal(env.step_batch_checked_async(actions, states, 1, validated=True).result(60), want)
-        assert_batches_equal(inline.step_batch_checked(actions, states, 1, validated=True), want)
+        engine = batch_engine_of(env)
+        assert_batches_equal(engine.step_batch_checked(actions, states, 1, validated=True), want)
+        assert_batches_equal(engine.step_batch_checked_async(actions, states, 1, validated=True).result(60), want)
+        assert_batches_equal(engine_of(inline).step_batch_checked(actions, states, 1, validated=True), want)
 
 
 @pytest.mark.parametrize("mode", ["workers", "here"])
 def test_step_batch_checked_checks_states_unless_told_they_were(mode: str) -> None:
     """Without ``validated`` a state of another env is refused as step_batch refuses it; the workers check anyway."""
     from plan_parallel.batch import BatchEnv, Tuner
+    from plan_parallel.batch.batch_env import batch_engine_of
     from plan_parallel.factory import EnvFactory
 
     good = pp.make("CartPole-v1", backend="inline").reset(seed=0)[0]
@@ -117,11 +118,11 @@ def test_step_batch_checked_checks_states_unless_told_they_were(mode: str) -> No
         with pytest.raises(pp.StateError, match=r"states\[1\]") as want:
             env.step_batch(np.array([0, 1]), [good, bad])
         with pytest.raises(pp.StateError) as got:
-            env.step_batch_checked(np.array([0, 1]), [good, bad], 1)
+            batch_engine_of(env).step_batch_checked(np.array([0, 1]), [good, bad], 1)
         assert str(got.value) == str(want.value)
         if mode == "workers":
             with pytest.raises(pp.StateError, match=r"states\[1\]"):
-                env.step_batch_checked(np.array([0, 1]), [good, bad], 1, validated=True)
+                batch_engine_of(env).step_batch_checked(np.array([0, 1]), [good, bad], 1, validated=True)
 
 
 def test_pids_after_close_are_the_last_workers_and_they_are_gone() -> None:

@@ -13,7 +13,7 @@ from gymnasium.error import ResetNeeded
 from gymnasium.wrappers import FrameStackObservation, TimeLimit
 
 import plan_parallel as pp
-from plan_parallel.env.plan_env import PlanEnv
+from plan_parallel.env.plan_env import PlanEnv, engine_of
 from plan_parallel.factory import EnvFactory
 from plan_parallel.state import set_state
 from plan_parallel.state.wrappers import direct_step
@@ -86,8 +86,8 @@ def test_ale_steps_of_a_dt_skip_their_observations_with_the_same_results(kw: dic
     items whose episode ends in the middle of their dt (gymnasium's TimeLimit, ALE's own frame limit)
     return that step's observation and info, as with every step observed."""
     quiet, loud = _pong(**kw), _pong(**kw)
-    assert quiet._adapter.quiet_step is not None
-    loud._adapter.quiet_step = None  # every step observed
+    assert engine_of(quiet).adapter.quiet_step is not None
+    engine_of(loud).adapter.quiet_step = None  # every step observed
     states = [quiet.reset(seed=0)[0]]
     for t in range(walk):
         states.append(quiet.step(t % 6)[0])
@@ -111,7 +111,7 @@ def test_a_wrapper_that_reads_observations_keeps_every_step_observed() -> None:
         return FrameStackObservation(gym.make("ALE/Pong-v5", obs_type="ram"), 3)
 
     env = PlanEnv(stacked)
-    assert env._adapter.quiet_step is None
+    assert engine_of(env).adapter.quiet_step is None
     s0 = env.reset(seed=1)[0]
     batch = env.step_batch([2], [s0], dt=3)
     plain = stacked()

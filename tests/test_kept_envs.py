@@ -22,7 +22,7 @@ from contextlib import contextmanager
 import numpy as np
 import pytest
 
-from plan_parallel.env.plan_env import PlanEnv
+from plan_parallel.env.plan_env import PlanEnv, engine_of
 from plan_parallel.factory import EnvFactory
 from plan_parallel.state import State
 from plan_parallel.workers import kept_envs
@@ -43,7 +43,7 @@ def _wired(states: list[State]) -> list[State]:
 
 
 def _same_results(got: tuple, want: tuple, where: str) -> None:
-    """Kept envs' lists against ``PlanEnv.run_raw``'s: states, observations, rewards, flags, infos."""
+    """Kept envs' lists against ``EnvEngine.run_raw``'s: states, observations, rewards, flags, infos."""
     for k, name in enumerate(("states", "obs", "rewards", "terms", "truncs", "infos")):
         assert len(got[k]) == len(want[k]), f"{where}: {name}"
         for j, (g, w) in enumerate(zip(got[k], want[k])):
@@ -73,7 +73,7 @@ def _step_along(ref: PlanEnv, kept: KeptEnvs, actions: np.ndarray, steps: int,
     states = [ref.reset(seed=s)[0] for s in range(N)]
     for t in range(steps):
         got = kept.run(list(range(N)), _wired(states), actions, timeout=timeout)
-        _same_results(got, ref.run_raw(states, actions, 1), f"step {t}")
+        _same_results(got, engine_of(ref).run_raw(states, actions, 1), f"step {t}")
         states = list(got[0])
         yield t
 
@@ -101,7 +101,7 @@ def test_items_from_the_states_their_envs_returned_step_on_without_a_restore(env
     rng = np.random.default_rng(0)
     for t in range(12):
         actions = rng.integers(0, 6, N)
-        want = ref.run_raw(states, actions, 1)
+        want = engine_of(ref).run_raw(states, actions, 1)
         got = kept.run(list(range(N)), _wired(states), actions)
         _same_results(got, want, f"step {t}")
         states = list(got[0])
@@ -119,14 +119,14 @@ def test_a_start_state_its_env_does_not_hold_is_restored(envs) -> None:
     states = list(kept.run(list(range(N)), _wired(states), actions)[0])
     restored = kept.restores
     swapped = states[1:] + states[:1]
-    _same_results(kept.run(list(range(N)), _wired(swapped), actions), ref.run_raw(swapped, actions, 1), "swapped")
+    _same_results(kept.run(list(range(N)), _wired(swapped), actions), engine_of(ref).run_raw(swapped, actions, 1), "swapped")
     assert kept.restores == restored + N
-    ends = list(ref.run_raw(swapped, actions, 1)[0])
+    ends = list(engine_of(ref).run_raw(swapped, actions, 1)[0])
     later = pickle.loads(pickle.dumps(ends[0]))
     later.wrappers = tuple(w + 1 if type(w) is int else w for w in later.wrappers)
     assert later.wrappers != ends[0].wrappers and fingerprint(later) != fingerprint(ends[0])
     restored = kept.restores
-    _same_results(kept.run([0], [later], actions[:1]), ref.run_raw([later], actions[:1], 1), "counter moved")
+    _same_results(kept.run([0], [later], actions[:1]), engine_of(ref).run_raw([later], actions[:1], 1), "counter moved")
     assert kept.restores == restored + 1
 
 

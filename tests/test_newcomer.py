@@ -164,6 +164,29 @@ def test_the_package_cites_no_file_outside_it_and_its_help_starts_with_the_entry
         assert f"{name}" in head, name
 
 
+# the hooks the backends call on an env object (on its engine: plan_parallel.env.plan_env.engine_of,
+# plan_parallel.batch.batch_env.batch_engine_of), which were public names of PlanEnv and BatchEnv on e06f264
+PLUMBING = ("run_raw", "rollout_raw", "step_batch_checked", "step_batch_checked_async", "step_from", "validate_all",
+            "observation_form")
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_the_env_objects_show_no_plumbing(backend: str) -> None:
+    with pp.make("CartPole-v1", backend=backend, n_workers=1) as env:
+        assert [name for name in PLUMBING if hasattr(env, name)] == []
+        text = pydoc.render_doc(type(env), renderer=pydoc.plaintext)
+        assert [name for name in PLUMBING if re.search(rf"^ \|  {name}\(", text, re.M)] == []  # no entry in help()
+
+
+@pytest.mark.parametrize("cls", [pp.PlanEnv, pp.BatchEnv])
+def test_help_of_the_env_objects_says_what_the_spaces_and_stats_hold(cls: type) -> None:
+    text = pydoc.render_doc(cls, renderer=pydoc.plaintext)
+    for name in ("action_space", "observation_space", "stats"):
+        assert isinstance(inspect.getattr_static(cls, name), property), name
+        assert re.search(rf"^ \|  {name}\n \|      \S", text, re.M), name  # listed, with its docstring under it
+
+
 # ---------------------------------------------------------------- point 8: smaller things
 def test_help_of_make_warns_of_gymnasiums_tuples() -> None:
     text = pydoc.render_doc(pp.make, renderer=pydoc.plaintext)

@@ -6,6 +6,7 @@ import pytest
 
 import plan_parallel as pp
 from plan_parallel.batch import BatchEnv, Tuner
+from plan_parallel.env.plan_env import engine_of
 from plan_parallel.factory import EnvFactory
 
 N = 10
@@ -60,11 +61,11 @@ def test_a_shared_batch_makes_the_callers_rows_in_its_lent_observations(dt: int)
 @pytest.mark.timeout(60)
 def test_only_envs_whose_observation_is_a_read_of_the_emulator_make_it_in_place() -> None:
     with pp.make("ALE/Pong-v5", backend="inline") as pong:
-        assert pong.observation_form() == (np.dtype(np.uint8), (210, 160, 3))
+        assert engine_of(pong).observation_form() == (np.dtype(np.uint8), (210, 160, 3))
     with pp.make("ALE/Pong-v5", backend="inline", repeat_action_probability=0.0) as plain:
-        assert plain.observation_form() is None, "ALE's own step makes the observation: no quiet step"
+        assert engine_of(plain).observation_form() is None, "ALE's own step makes the observation: no quiet step"
     with pp.make("CartPole-v1", backend="inline") as cartpole:
-        assert cartpole.observation_form() is None
+        assert engine_of(cartpole).observation_form() is None
 
 
 @pytest.mark.timeout(180)

@@ -20,8 +20,9 @@ import cloudpickle
 import numpy as np
 
 from plan_parallel.action_inputs import check_action
+from plan_parallel.batch.engine import STEP_OP, BatchEngine, wait_or_cancel
 from plan_parallel.batch.future import BatchFuture
-from plan_parallel.batch.jobs import checked_job, rollout_job, step_job
+from plan_parallel.batch.jobs import rollout_job, step_job
 from plan_parallel.batch.parts import dumps
 from plan_parallel.batch.placement import Decision, Placement
 from plan_parallel.batch.policy import ExecutionPolicy
@@ -38,12 +39,11 @@ from plan_parallel.wire.messages import Op
 from plan_parallel.workers.backends import HostSettings, select_backend
 from plan_parallel.workers.process import default_context
 
-__all__ = ["BatchEnv"]
+__all__ = ["BatchEnv", "batch_engine_of"]
 
 log = logging.getLogger("plan_parallel")
 # The tuner's mode for each placement of the execution policy.
 TUNER_MODES = {"rule": "rule", "adaptive": "auto", "workers": "workers", "here": "here"}
-STEP_OP = Op.STEP_BATCH.value  # the tuner's name of step batches (read once: an Enum's value is slow to read)
 
 
 class BatchEnv:
@@ -124,28 +124,46 @@ class BatchEnv:
         self._where = chosen.where
         self._workers_here = chosen.workers_here
         self._pool = WorkerPool(chosen.new_worker, chosen.worker_type, n, timeout, max_restarts)
-        self.stats = self._pool.stats
-        self.stats.update({"items": 0, "batches": 0, "inline_batches": 0, "shared_batches": 0, "shared_items": 0,
+        self._pool.stats.update({"items": 0, "batches": 0, "inline_batches": 0, "shared_batches": 0, "shared_items": 0,
                            "ipc_seconds": 0.0, "lent_batches": 0})
         self._placement = Placement(
             self._pool, tuner or Tuner(n, TUNER_MODES[policy.placement], chunk_seconds=chosen.worker_type.chunk_seconds,
                                        workers_here=chosen.workers_here, here_below=policy.here_below,
                                        max_chunks=policy.max_chunks_per_worker),
-            lambda: PlanEnv(factory, adapter=adapter), self.stats)
+            lambda: PlanEnv(factory, adapter=adapter), self._pool.stats)
         try:
             info = self._pool.start()
         except BaseException:
             self._pool.close(0.5)
             raise
-        self.observation_space = info.observation_space
-        self.action_space = info.action_space
+        self._observation_space = info.observation_space
+        self._action_space = info.action_space
         self.kind: str = info.kind
+        self._engine = BatchEngine(self._pool, self._placement, info.kind)
         self.reseedable: bool = info.reseedable
         self._spec = info.spec
         self._pool.feeder.observation_space = info.observation_space
         self._placement.observation_space = info.observation_space
 
     # ------------------------------------------------------------------ properties
+    @property
+    def observation_space(self) -> Any:
+        """The env's observation space (a ``gymnasium.spaces.Space``, as the workers' env reported it)."""
+        return self._observation_space
+
+    @property
+    def action_space(self) -> Any:
+        """The env's action space (a ``gymnasium.spaces.Space``): every action is checked against it before sending."""
+        return self._action_space
+
+    @property
+    def stats(self) -> dict[str, Any]:
+        """Counters since the env was made, a live dict: ``items`` and ``batches`` run; ``env_seconds`` and
+        ``busy_seconds`` (per worker) spent in env code; ``restarts`` and ``timeouts`` of workers; batches run
+        in this process (``inline_batches``) or shared with it (``shared_batches``, ``shared_items``); and the
+        plumbing's own (``ipc_seconds``, ``lent_batches``, ``resent``, ...)."""
+        return self._pool.stats
+
     @property
     def n_workers(self) -> int:
         return len(self._pool.slots)
@@ -216,15 +234,6 @@ class BatchEnv:
     def _set_current(self, state: State) -> None:
         self._state = state
 
-    @staticmethod
-    def _wait(fut: BatchFuture) -> Any:
-        """A call's result; on any exception (Ctrl-C included) its work is cancelled first."""
-        try:
-            return fut.result()
-        except BaseException:
-            fut.cancel()
-            raise
-
     # ------------------------------------------------------------------ state
     def reset(self, seed: int | None = None, options: dict | None = None) -> tuple[State, Any, dict]:
         """Reset (on worker 0) and make the new state current.
@@ -290,7 +299,7 @@ class BatchEnv:
             check_kind(state, self.kind)
         start = state if state is not None else self._current()
         actions = np.asarray([action]) if isinstance(action, np.ndarray) or np.isscalar(action) else [action]
-        b = self._wait(self._placement.submit(Job(1, actions, [start], dt, None, index_errors=False), True))
+        b = wait_or_cancel(self._placement.submit(Job(1, actions, [start], dt, None, index_errors=False), True))
         s = b.states[0]
         self._set_current(s)
         return s, writable_observation(s.obs), float(b.rewards[0]), bool(b.terminations[0]), bool(b.truncations[0]), b.infos[0]
@@ -321,7 +330,7 @@ class BatchEnv:
             if decided[1] == "here":
                 return self._placement.run_here_timed(
                     decided, steps, n, lambda local: local.step_batch(actions, states, dt, seeds=seeds))
-        return self._wait(self._step_batch(actions, states, dt, seeds, True, decided, started))
+        return wait_or_cancel(self._step_batch(actions, states, dt, seeds, True, decided, started))
 
     def step_batch_async(
         self, actions: Any, states: Sequence[State] | None = None, dt: Any = 1, *, seeds: Any = None
@@ -349,37 +358,6 @@ class BatchEnv:
         process and timed for the tuner (a vector env's step on its resident envs)."""
         return self._placement.run_here_timed(decided, n, n, lambda local: run())
 
-    def step_batch_checked(self, actions: Any, states: Sequence[State], dt: int = 1, *, validated: bool = False,
-                           here: Callable[..., tuple] | None = None,
-                           decided: Decision | None = None, keys: Any = None) -> StepBatch:
-        """:meth:`step_batch` of N canonical actions (see :mod:`plan_parallel.inputs`) and N states of this env's kind.
-
-        ``validated``: the states were validated against this env already (a vector
-        env's sub-env states): only the workers check them again. ``here(lo, hi, rows=None)``:
-        how items lo..hi run in this process (the whole batch placed here, or this
-        process's share of it) instead of on the local env, with ``run_raw``'s lists
-        back (the observations made in ``rows`` when given, as ``run_raw``'s ``obs_rows``);
-        it must give the same results (a vector env's sub-envs kept at their
-        states by envs of their own). ``decided``: :meth:`place_step` was asked already.
-        ``keys``: N ints, the items' sub-envs: a worker steps each on an env it keeps for its key, which
-        holds the sub-env's state after its last step there (see :mod:`plan_parallel.workers.kept_envs`).
-        """
-        self._check_open()
-        if here is not None and states:  # placed before the job is made: a step run here needs none
-            n = len(states)
-            decided = decided or self._placement.where(STEP_OP, n * dt, True, n, resident=True)
-            if decided[1] == "here":
-                return self._placement.run_here_timed(
-                    decided, n * dt, n, lambda local: step_batch_of(local.observation_space, here(0, n)))
-        return self._wait(self._placement.submit(checked_job(self.kind, actions, states, dt, validated, here, keys), True,
-                                                 decided))
-
-    def step_batch_checked_async(self, actions: Any, states: Sequence[State], dt: int = 1, *, validated: bool = False,
-                                 here: Callable[..., tuple] | None = None, keys: Any = None) -> BatchFuture:
-        """:meth:`step_batch_checked`, sent at once (see :meth:`step_batch_async`)."""
-        self._check_open()
-        return self._placement.submit(checked_job(self.kind, actions, states, dt, validated, here, keys), False)
-
     def rollout_batch(
         self,
         states: Sequence[State] | None,
@@ -396,7 +374,7 @@ class BatchEnv:
         Same arguments, results and errors as :meth:`PlanEnv.rollout_batch`
         (bit-identical for any worker count); worker failures as :meth:`step_batch`.
         """
-        return self._wait(self._rollout_batch(states, actions, dt, horizon, policy, seeds, return_all, True))
+        return wait_or_cancel(self._rollout_batch(states, actions, dt, horizon, policy, seeds, return_all, True))
 
     def rollout_batch_async(
         self,
@@ -447,3 +425,9 @@ class BatchEnv:
     def __repr__(self) -> str:
         closed = ", closed" if self.closed else ""
         return f"BatchEnv({self._factory!r}, n_workers={self.n_workers}, {self._where}{closed})"
+
+
+def batch_engine_of(env: BatchEnv) -> BatchEngine:
+    """The :class:`~plan_parallel.batch.engine.BatchEngine` of ``env``: its steps of canonical inputs, for the
+    vector env. Not part of the public API (see :func:`plan_parallel.env.plan_env.engine_of`)."""
+    return env._engine

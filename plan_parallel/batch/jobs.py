@@ -56,7 +56,7 @@ def step_job(space: spaces.Space, kind: str, reseedable: bool, current: Callable
 
 def checked_job(kind: str, actions: Any, states: Sequence[State], dt: int, validated: bool,
                 here: Callable[..., tuple] | None = None, keys: np.ndarray | None = None) -> Job:
-    """The job of N canonical actions and N states (see :meth:`BatchEnv.step_batch_checked`, also for ``keys``).
+    """The job of N canonical actions and N states (see :meth:`BatchEngine.step_batch_checked`, also for ``keys``).
 
     Unless ``validated``, the states' kind is checked here, as :func:`step_job` checks it
     (a chunk travels with one kind: the workers could not tell another env's state).

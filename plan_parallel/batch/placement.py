@@ -29,7 +29,7 @@ from typing import Any
 from plan_parallel.batch.future import BatchFuture
 from plan_parallel.batch.pool import WorkerPool
 from plan_parallel.batch.tuner import MIN_CHUNK_SECONDS, Tuner
-from plan_parallel.env.plan_env import PlanEnv
+from plan_parallel.env.plan_env import PlanEnv, engine_of
 from plan_parallel.errors import failed_item
 from plan_parallel.interrupts import ctrl_c_deferred
 from plan_parallel.results import step_batch_of
@@ -43,23 +43,25 @@ Decision = tuple[tuple[str, int], str, int]
 
 
 def run_chunk(env: PlanEnv, job: Job, lo: int, hi: int, rows: Any = None) -> Any:
-    """Items ``lo..hi`` of ``job`` on ``env`` (or the job's own way here): ``run_raw``'s lists, or ``rollout_raw``'s parts.
+    """Items ``lo..hi`` of ``job`` on ``env`` (or the job's own way here): ``run_raw``'s lists, or ``rollout_raw``'s parts
+    (:class:`~plan_parallel.env.engine.EnvEngine`'s).
 
     The states are checked as a worker checks them (errors name the item's index in the batch). ``rows``: where
     a step chunk's observations are made (:meth:`Gather.rows_here`).
     """
     if job.here is not None:
         return job.here(lo, hi, rows)
+    engine = engine_of(env)
     states = job.states_of(lo, hi)
     if not job.validated:
-        env.validate_all(states, lo, job.index_errors)
+        engine.validate_all(states, lo, job.index_errors)
     actions = None if job.actions is None else job.actions[lo:hi]
     dt = job.dt if isinstance(job.dt, int) else job.dt[lo:hi]
     seeds = None if job.seeds is None else job.seeds[lo:hi]
     if job.rollout is None:
-        return env.run_raw(states, actions, dt, seeds, rows)
-    return env.rollout_raw(states, actions, dt, job.rollout.horizon, policy=job.policy, seeds=seeds,
-                           first_index=lo, return_all=job.rollout.return_all, n=hi - lo)
+        return engine.run_raw(states, actions, dt, seeds, rows)
+    return engine.rollout_raw(states, actions, dt, job.rollout.horizon, policy=job.policy, seeds=seeds,
+                              first_index=lo, return_all=job.rollout.return_all, n=hi - lo)
 
 
 class Placement:
@@ -172,8 +174,8 @@ class Placement:
             return step_batch_of(local.observation_space, job.here(0, job.n))
         states = job.states_of(0, job.n)
         if job.rollout is None:
-            return local.step_batch_checked(job.actions, states, job.dt, job.seeds, job.index_errors,
-                                            validated=job.validated)
+            return engine_of(local).step_batch_checked(job.actions, states, job.dt, job.seeds, job.index_errors,
+                                                       validated=job.validated)
         return local.rollout_batch(states, job.actions, job.dt, horizon=job.rollout.horizon, policy=job.policy,
                                    seeds=job.seeds, return_all=job.rollout.return_all)
 
@@ -242,7 +244,7 @@ class Placement:
         job = fut.job
         assert job is not None and fut.gather is not None
         try:
-            rows = fut.gather.rows_here(lo, hi, local.observation_form())
+            rows = fut.gather.rows_here(lo, hi, engine_of(local).observation_form())
             out = run_chunk(local, job, lo, hi, rows)
         except Exception as exc:
             item = failed_item(exc)

@@ -176,7 +176,7 @@ def _run_plain(adapter: Adapter, step: Callable[[Any], tuple], states: Sequence[
 
 def step_each(n: int, step: Callable[[int], tuple]) -> tuple[list, list, list, list, list, list]:
     """``step(j)`` for each item j of ``n``, one env step each, returning ``(end state, observation, reward,
-    terminated, truncated, info)`` as :meth:`PlanEnv.step_from` does; lists as :func:`run_items` (each info a
+    terminated, truncated, info)`` as :meth:`EnvEngine.step_from` does; lists as :func:`run_items` (each info a
     copy, with ``"n_steps": 1``). On an error the exception carries the failing item's index
     (:func:`~plan_parallel.errors.failed_item`)."""
     ends, obs, rewards, terms, truncs, infos = _item_lists(n)

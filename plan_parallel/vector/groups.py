@@ -35,8 +35,9 @@ import numpy as np
 from gymnasium.vector.utils import concatenate, create_empty_array
 from gymnasium.wrappers import RenderCollection
 
+from plan_parallel.batch.batch_env import batch_engine_of
 from plan_parallel.build import make
-from plan_parallel.env.plan_env import PlanEnv
+from plan_parallel.env.plan_env import PlanEnv, engine_of
 from plan_parallel.errors import StateError, WorkerTimeoutError
 from plan_parallel.factory import EnvFactory
 from plan_parallel.inputs import check_kind, check_states
@@ -161,17 +162,18 @@ class Group:
         ``here(lo, hi, rows=None)`` runs items lo..hi in this process instead of the local env, when they run
         here (their observations made in ``rows`` when given).
         ``decided``: where :meth:`step_here` found the step is placed (not here). ``ids``: the items'
-        sub-envs, which the workers keep envs for (see :meth:`BatchEnv.step_batch_checked`).
+        sub-envs, which the workers keep envs for (see :meth:`BatchEngine.step_batch_checked`).
         """
         # The vector env checked the actions, and its sub-env states were validated when they entered it.
         if isinstance(self.plan, PlanEnv):  # the inline backend: plan is local
             if here is not None:
                 return Done(step_batch_of(self.plan.observation_space, here(0, len(states))))
-            return Done(self.plan.step_batch_checked(actions, states, 1, validated=True))
+            return Done(engine_of(self.plan).step_batch_checked(actions, states, 1, validated=True))
+        engine = batch_engine_of(self.plan)
         if wait:
-            return Done(self.plan.step_batch_checked(actions, states, 1, validated=True, here=here, decided=decided,
-                                                     keys=ids))
-        return self.plan.step_batch_checked_async(actions, states, 1, validated=True, here=here, keys=ids)
+            return Done(engine.step_batch_checked(actions, states, 1, validated=True, here=here, decided=decided,
+                                                  keys=ids))
+        return engine.step_batch_checked_async(actions, states, 1, validated=True, here=here, keys=ids)
 
     def close(self) -> None:
         """Close the planning env and the env in this process."""

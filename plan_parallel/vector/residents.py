@@ -4,7 +4,7 @@ A vector step that runs in this process (the inline backend; the process and
 Ray backends when they judge a step too small for the workers) steps each
 sub-env on an env of its own, left at the sub-env's state after the step. At
 the next step that env holds the very state object the vector env kept, so it
-steps on without a restore (:meth:`PlanEnv.step_from`); as SyncVectorEnv does,
+steps on without a restore (:meth:`EnvEngine.step_from`); as SyncVectorEnv does,
 but with every state still captured, so ``get_states``, the workers and a
 replay after a worker's death see the same states as before.
 
@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from plan_parallel.env.loops import step_each
-from plan_parallel.env.plan_env import PlanEnv
+from plan_parallel.env.plan_env import PlanEnv, engine_of
 from plan_parallel.errors import mark_failed_item
 from plan_parallel.state import State
 from plan_parallel.vector.groups import Group, RecipeGroups, close_each
@@ -60,15 +60,15 @@ class Residents:
 
     def run(self, ids: np.ndarray, actions: Any, states: Sequence[State | None], rows: np.ndarray | None = None) -> tuple:
         """One step of sub-envs ``ids`` from ``states`` with their checked ``actions``, each on its own env
-        (:meth:`PlanEnv.step_from`; ``rows``: where their observations are made); lists as
-        :meth:`PlanEnv.run_raw`. On an env error the exception carries the failing item's index
+        (:meth:`EnvEngine.step_from`; ``rows``: where their observations are made); lists as
+        :meth:`EnvEngine.run_raw`. On an env error the exception carries the failing item's index
         (:func:`~plan_parallel.errors.failed_item`)."""
         try:
-            envs = self.of(ids.tolist())
+            engines = [engine_of(env) for env in self.of(ids.tolist())]
         except Exception as e:  # building a sub-env's env failed: the first item's error, as the loop's
             mark_failed_item(e, 0)
             raise
-        return step_each(len(states), lambda j: envs[j].step_from(
+        return step_each(len(states), lambda j: engines[j].step_from(
             states[j], actions[j], None if rows is None else rows[j]))  # type: ignore[arg-type]  # started
 
     def close(self) -> None:

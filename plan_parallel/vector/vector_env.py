@@ -39,6 +39,7 @@ import numpy as np
 from gymnasium.error import NoAsyncCallError
 from gymnasium.vector import AutoresetMode
 
+from plan_parallel.env.plan_env import engine_of
 from plan_parallel.errors import WaitTimeoutError
 from plan_parallel.interrupts import ctrl_c_deferred
 from plan_parallel.results import StepBatch
@@ -190,7 +191,7 @@ class PlanVectorEnv(PartialGather, VectorCore):  # type: ignore[misc]  # np_rand
 
     def _step_rows(self, actions: Any) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict]:
         """:meth:`step`'s result, run here on the resident envs and committed: each sub-env steps
-        (:meth:`PlanEnv.step_from`) or resets (NEXT_STEP) in turn, into the batch's rows. Without what a
+        (:meth:`EnvEngine.step_from`) or resets (NEXT_STEP) in turn, into the batch's rows. Without what a
         ``step_batch`` adds (per-item lists, a StepBatch taken apart again, the sub-envs to step picked out
         first): 16 CartPoles step 1.37x as fast. Nothing is committed if a sub-env raises."""
         n, space, residents = self.num_envs, self.single_observation_space, self._residents
@@ -205,7 +206,7 @@ class PlanVectorEnv(PartialGather, VectorCore):  # type: ignore[misc]  # np_rand
             if resets is not None and resets[i]:
                 reset[i] = self._reset_one(i, states[i], None, None)
             else:
-                states[i], obs[i], rewards[i], terms[i], truncs[i], infos_of[i] = env.step_from(
+                states[i], obs[i], rewards[i], terms[i], truncs[i], infos_of[i] = engine_of(env).step_from(
                     states[i], actions[i])  # type: ignore[arg-type]  # _checked_step: every sub-env started
         infos = self._commit_step(states, infos_of, reset, terms, truncs)
         for i in reset:

@@ -80,7 +80,7 @@ class Job:
             run in the calling process does not check them again (a worker still does, unless they carry
             its pool's token: see ``encode``).
         here: ``here(lo, hi)`` runs items lo..hi in the calling process instead of on its local env
-            (lists as ``PlanEnv.run_raw``): a vector env's sub-envs, each kept at its state by an env
+            (lists as ``EnvEngine.run_raw``): a vector env's sub-envs, each kept at its state by an env
             of its own, for a batch placed here or the share of a batch this process runs.
         keys: n ints, or None: item i is a vector env's sub-env ``keys[i]``, which a worker steps on an env
             it keeps for that key (a step with dt=1 and no seeds; see :mod:`plan_parallel.workers.kept_envs`).

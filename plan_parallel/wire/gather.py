@@ -62,7 +62,7 @@ class Gather(Protocol):
 
     def rows_here(self, lo: int, hi: int, form: tuple[np.dtype, tuple[int, ...]] | None) -> np.ndarray | None:
         """The rows in which this process may make chunk lo..hi's observations of ``form`` (see
-        :meth:`PlanEnv.observation_form`), for :meth:`absorb_local` to take as they are; None: none."""
+        :meth:`EnvEngine.observation_form`), for :meth:`absorb_local` to take as they are; None: none."""
 
     def result(self) -> Any:
         """The batch's result, every chunk absorbed."""

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from plan_parallel.env.loops import step_each
-from plan_parallel.env.plan_env import PlanEnv
+from plan_parallel.env.plan_env import PlanEnv, engine_of
 from plan_parallel.state import State
 
 __all__ = ["BUILD_CALL_SECONDS", "BUILD_SHARE", "MAX_KEPT", "KeptEnvs", "fingerprint"]
@@ -98,7 +98,7 @@ class KeptEnvs:
     def run(self, keys: Sequence[int], states: Sequence[State], actions: Any, rows: np.ndarray | None = None,
             timeout: float | None = None) -> tuple:
         """One step (dt=1) of each item from ``states[j]`` with ``actions[j]`` (checked), on the env of
-        ``keys[j]`` (its observation made in ``rows[j]`` when given); lists as :meth:`PlanEnv.run_raw`. On
+        ``keys[j]`` (its observation made in ``rows[j]`` when given); lists as :meth:`EnvEngine.run_raw`. On
         an env error the exception carries the failing item's index (:func:`~plan_parallel.errors.failed_item`),
         and that env holds no known state. ``timeout``: the seconds the caller gives the call (None: no limit)."""
         start = time.monotonic()
@@ -120,7 +120,7 @@ class KeptEnvs:
             row = None if rows is None else rows[j]
             if kept is None:  # no env for this key, and none is built now
                 self.restores += 1
-                return self._spare.step_from(states[j], actions[j], row)
+                return engine_of(self._spare).step_from(states[j], actions[j], row)
             return self._step_kept(key, kept, states[j], actions[j], row)
 
         return step_each(len(states), one)
@@ -134,7 +134,7 @@ class KeptEnvs:
             state = held  # the very object the env holds: no restore
         else:
             self.restores += 1
-        out = env.step_from(state, action, row)
+        out = engine_of(env).step_from(state, action, row)
         self._kept[key] = (env, out[0], fingerprint(out[0]))
         return out
 

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from plan_parallel.env.plan_env import PlanEnv
+from plan_parallel.env.plan_env import PlanEnv, engine_of
 from plan_parallel.errors import failed_item
 from plan_parallel.factory import quiet_ale_for_good
 from plan_parallel.wire.columns import pack_infos, pack_outcomes, pack_states, stack_rows
@@ -56,6 +56,7 @@ class Server:
 
     def __init__(self, env: PlanEnv, new_env: Callable[[], PlanEnv] | None = None) -> None:
         self.env = env
+        self.engine = engine_of(env)  # the checked work a worker runs on its env
         self.kept = KeptEnvs(new_env, env) if new_env is not None else None  # envs kept for a vector env's sub-envs
         self.slabs: dict[str, Slab] = {}
         self.held = HeldStates()  # the states chunks brought, for later chunks to name by key
@@ -117,7 +118,7 @@ class Server:
             if states is None:
                 return None
             if not req.validated:
-                self.env.validate_all(states, req.first_index, req.index_errors)
+                self.engine.validate_all(states, req.first_index, req.index_errors)
             if req.states.get("keep"):
                 self.held.keep(req.states, [fresh[j] for j in req.states["keep"]])  # type: ignore[index]
         actions = cols.get("actions", req.actions)
@@ -147,20 +148,20 @@ class Server:
 
     def _lent_rows(self, req: ChunkRequest) -> np.ndarray | None:
         """The chunk's rows of the batch's lent slab, when the env makes its observations in place there
-        (:meth:`PlanEnv.observation_form`): then nothing is copied into them after."""
+        (:meth:`EnvEngine.observation_form`): then nothing is copied into them after."""
         if req.obs_out is None:
             return None
         name, size, offset, dtype, shape = req.obs_out
-        form = self.env.observation_form()
+        form = self.engine.observation_form()
         if form is None or form != (np.dtype(dtype), tuple(shape)) or offset + form[0].itemsize * math.prod(shape) * req.n > size:
             return None
         return self._slab(name, size).array(offset, form[0], (req.n, *form[1]))  # type: ignore[union-attr]
 
     def _message_rows(self, req: ChunkRequest) -> np.ndarray | None:
         """An array the env makes a chunk's observations in, when they travel in the message (no slab: a Ray
-        actor's), the env makes them in place (:meth:`PlanEnv.observation_form`) and an observation is at
+        actor's), the env makes them in place (:meth:`EnvEngine.observation_form`) and an observation is at
         least :data:`MIN_MESSAGE_ROW_BYTES`: sent as it is, not stacked."""
-        form = None if req.slab is not None else self.env.observation_form()
+        form = None if req.slab is not None else self.engine.observation_form()
         if form is None or form[0].itemsize * math.prod(form[1]) < MIN_MESSAGE_ROW_BYTES:
             return None
         return np.empty((req.n, *form[1]), dtype=form[0])
@@ -177,7 +178,7 @@ class Server:
             out_states, obs, rewards, terms, truncs, infos = kept.run(req.kept, states, actions, rows,  # type: ignore[arg-type]
                                                                       req.timeout)
         else:
-            out_states, obs, rewards, terms, truncs, infos = self.env.run_raw(states, actions, dt, seeds, rows)
+            out_states, obs, rewards, terms, truncs, infos = self.engine.run_raw(states, actions, dt, seeds, rows)
         w = ArrayWriter(slab, req.out_offset)
         listed: np.ndarray | list | None
         if rows is not None:  # in the lent slab already, or in the message as the array they were made in
@@ -216,7 +217,7 @@ class Server:
         if read is None:
             return NOT_HELD
         slab, _, states, actions, dt, seeds = read
-        parts = self.env.rollout_raw(
+        parts = self.engine.rollout_raw(
             states, actions, dt, spec.horizon, policy=self._policy(spec.policy), seeds=seeds,
             first_index=req.first_index, return_all=spec.return_all, n=req.n,
         )
