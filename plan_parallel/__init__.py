@@ -5,18 +5,25 @@
 >>> state, obs, info = env.reset(seed=0)
 >>> batch = env.step_batch([0, 1], states=[state, state], dt=[1, 4])
 
-Where to start (each has its own ``help()``):
+Where to start: the functions documented below, and the classes named here, each with its own
+``help()`` (e.g. ``help(pp.PlanEnv)``).
 
 - :func:`make`: an env with the planning API (``reset`` returns ``(state, obs, info)``, ``step`` six
   values, ``step_batch`` / ``rollout_batch`` many items): a :class:`PlanEnv` (``backend="inline"``) or a
-  :class:`BatchEnv` (``"process"``, ``"ray"``).
-- :func:`make_vec`: a ``gymnasium.vector.VectorEnv`` over the same workers.
+  :class:`BatchEnv` (``"process"``, ``"ray"``; ``BACKENDS`` lists them), built from an env id or an
+  :class:`EnvFactory`.
+- :func:`make_vec`: a ``gymnasium.vector.VectorEnv`` over the same workers (``PlanVectorEnv``).
 - :class:`ExecutionPolicy`: where and how fast batches run (worker count, placement, opt-in host settings).
 - :func:`check_clonable`: prove or refute that an env's states replay bit-identically (run it on your own env).
 - :func:`get_state` / :func:`set_state`: the complete state of any gymnasium env, without ``make``.
-- :class:`State`, :class:`StepBatch`, :class:`RolloutBatch`: what the calls return.
-- the errors: :class:`PlanParallelError` and its subclasses; ``plan_parallel.planners``: MCTS, beam search,
-  random shooting on the public API.
+- What the calls return: :class:`State` (one saved state, a value), :class:`StateBatch` (many, as columns),
+  :class:`StepBatch` and :class:`RolloutBatch`.
+- Planners: ``plan_parallel.planners`` (``MCTS``, ``BeamSearch``, ``RandomShooting``, ``run_episode``), on
+  the public API only.
+- Errors: :class:`PlanParallelError`, the base of :class:`StateError` (a state that cannot be captured or
+  restored), :class:`ClosedError`, :class:`WorkerCrashedError`, :class:`WorkerTimeoutError` and
+  :class:`WaitTimeoutError`; an env's own error from a worker has a :class:`RemoteTraceback` as its
+  ``__cause__``.
 """
 from __future__ import annotations
 
@@ -25,22 +32,25 @@ from typing import TYPE_CHECKING, Any
 
 from gymnasium.vector import AutoresetMode
 
-from plan_parallel.batch import BatchEnv
-from plan_parallel.batch.policy import ExecutionPolicy
+# The classes are re-exported explicitly ("X as X"): names of the package, not listed in __all__, so that
+# help(plan_parallel) stays the map above and the functions; each class has its own help().
+from plan_parallel.batch import BatchEnv as BatchEnv
+from plan_parallel.batch.policy import ExecutionPolicy as ExecutionPolicy
 from plan_parallel.build import BACKENDS, make
-from plan_parallel.env.plan_env import PlanEnv
-from plan_parallel.errors import (
-    ClosedError,
-    PlanParallelError,
-    RemoteTraceback,
-    StateError,
-    WaitTimeoutError,
-    WorkerCrashedError,
-    WorkerTimeoutError,
-)
-from plan_parallel.factory import EnvFactory
-from plan_parallel.results import RolloutBatch, StepBatch
-from plan_parallel.state import State, StateBatch, get_state, set_state
+from plan_parallel.env.plan_env import PlanEnv as PlanEnv
+from plan_parallel.errors import ClosedError as ClosedError
+from plan_parallel.errors import PlanParallelError as PlanParallelError
+from plan_parallel.errors import RemoteTraceback as RemoteTraceback
+from plan_parallel.errors import StateError as StateError
+from plan_parallel.errors import WaitTimeoutError as WaitTimeoutError
+from plan_parallel.errors import WorkerCrashedError as WorkerCrashedError
+from plan_parallel.errors import WorkerTimeoutError as WorkerTimeoutError
+from plan_parallel.factory import EnvFactory as EnvFactory
+from plan_parallel.results import RolloutBatch as RolloutBatch
+from plan_parallel.results import StepBatch as StepBatch
+from plan_parallel.state import State as State
+from plan_parallel.state import StateBatch as StateBatch
+from plan_parallel.state import get_state, set_state
 from plan_parallel.state.check import check_clonable
 
 if TYPE_CHECKING:
@@ -48,29 +58,7 @@ if TYPE_CHECKING:
 
 __version__ = "0.1.0"
 
-__all__ = [
-    "BACKENDS",
-    "BatchEnv",
-    "ClosedError",
-    "EnvFactory",
-    "ExecutionPolicy",
-    "PlanEnv",
-    "PlanParallelError",
-    "RemoteTraceback",
-    "RolloutBatch",
-    "State",
-    "StateBatch",
-    "StateError",
-    "StepBatch",
-    "WaitTimeoutError",
-    "WorkerCrashedError",
-    "WorkerTimeoutError",
-    "check_clonable",
-    "get_state",
-    "make",
-    "make_vec",
-    "set_state",
-]
+__all__ = ["BACKENDS", "check_clonable", "get_state", "make", "make_vec", "set_state"]
 
 def make_vec(
     env: str | Callable[..., Any] | Sequence[Callable[[], Any]] | None = None,

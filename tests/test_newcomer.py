@@ -187,6 +187,24 @@ def test_help_of_the_env_objects_says_what_the_spaces_and_stats_hold(cls: type) 
         assert re.search(rf"^ \|  {name}\n \|      \S", text, re.M), name  # listed, with its docstring under it
 
 
+HELP_LINES = 250  # help(plan_parallel) on e06f264: 1,635 lines, every class in full; now the map and the functions
+
+
+def test_help_of_the_package_is_short_and_its_map_names_every_class() -> None:
+    import ast
+
+    text = pydoc.render_doc(pp, renderer=pydoc.plaintext)
+    assert len(text.splitlines()) < HELP_LINES
+    head = text.split("PACKAGE CONTENTS")[0]
+    classes = sorted(name for name, value in vars(pp).items() if isinstance(value, type) and not name.startswith("_")
+                     and value.__module__.startswith("plan_parallel."))
+    assert len(classes) >= 15 and [name for name in classes if f":class:`{name}`" not in head] == []
+    # each class is re-exported explicitly ("X as X"), so type checkers take it as a name of the package
+    tree = ast.parse(Path(pp.__file__).read_text())
+    explicit = {a.name for node in tree.body if isinstance(node, ast.ImportFrom) for a in node.names if a.asname == a.name}
+    assert [name for name in classes if name not in explicit and name not in pp.__all__] == []
+
+
 # ---------------------------------------------------------------- point 8: smaller things
 def test_help_of_make_warns_of_gymnasiums_tuples() -> None:
     text = pydoc.render_doc(pp.make, renderer=pydoc.plaintext)
