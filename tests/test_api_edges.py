@@ -20,8 +20,8 @@ from plan_parallel.planners import RandomShooting, run_episode
 ROOT = Path(__file__).resolve().parent.parent
 # what only a pool of workers has (the hooks the backends call are on the envs' engines, not their public face:
 # plan_parallel.env.plan_env.engine_of, plan_parallel.batch.batch_env.batch_engine_of)
-PARALLEL_ONLY = {"context", "execution", "max_restarts", "pids", "place_step", "rollout_batch_async", "run_placed_here",
-                 "small_batch_inline", "step_batch_async", "timeout"}
+PARALLEL_ONLY = {"context", "execution", "max_restarts", "pids", "rollout_batch_async", "small_batch_inline",
+                 "step_batch_async", "timeout"}
 
 
 def public(obj: object) -> set[str]:

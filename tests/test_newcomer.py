@@ -167,7 +167,7 @@ def test_the_package_cites_no_file_outside_it_and_its_help_starts_with_the_entry
 # the hooks the backends call on an env object (on its engine: plan_parallel.env.plan_env.engine_of,
 # plan_parallel.batch.batch_env.batch_engine_of), which were public names of PlanEnv and BatchEnv on e06f264
 PLUMBING = ("run_raw", "rollout_raw", "step_batch_checked", "step_batch_checked_async", "step_from", "validate_all",
-            "observation_form")
+            "observation_form", "place_step", "run_placed_here")
 
 
 @pytest.mark.timeout(60)

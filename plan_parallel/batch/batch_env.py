@@ -347,17 +347,6 @@ class BatchEnv:
             return BatchFuture.completed(0, step_batch_of(self.observation_space, ([], [], [], [], [], [])))
         return self._placement.submit(job, waited_in_full, decided, started)
 
-    def place_step(self, n: int) -> Decision:
-        """Where a ``step_batch`` of ``n`` items with dt=1 that runs its own way here (a vector env's step) runs
-        (the tuner's decision, counted as made): pass it to :meth:`run_placed_here` when it is ``"here"``, else to
-        :meth:`step_batch_checked`."""
-        return self._placement.where(STEP_OP, n, True, n, resident=True)
-
-    def run_placed_here(self, decided: Decision, n: int, run: Callable[[], Any]) -> Any:
-        """``run()``: a step of ``n`` items with dt=1 placed here (:meth:`place_step`), run its own way in this
-        process and timed for the tuner (a vector env's step on its resident envs)."""
-        return self._placement.run_here_timed(decided, n, n, lambda local: run())
-
     def rollout_batch(
         self,
         states: Sequence[State] | None,

@@ -43,6 +43,17 @@ class BatchEngine:
         self.placement = placement
         self.kind = kind
 
+    def place_step(self, n: int) -> Decision:
+        """Where a step of ``n`` items with dt=1 that runs its own way here (a vector env's step) runs (the tuner's
+        decision, counted as made): pass it to :meth:`run_placed_here` when it is ``"here"``, else to
+        :meth:`step_batch_checked`."""
+        return self.placement.where(STEP_OP, n, True, n, resident=True)
+
+    def run_placed_here(self, decided: Decision, n: int, run: Callable[[], Any]) -> Any:
+        """``run()``: a step of ``n`` items with dt=1 placed here (:meth:`place_step`), run its own way in this
+        process and timed for the tuner (a vector env's step on its resident envs)."""
+        return self.placement.run_here_timed(decided, n, n, lambda local: run())
+
     def check_open(self) -> None:
         if self.pool.closed:
             raise ClosedError("this env was closed; create a new one with plan_parallel.make")
@@ -59,7 +70,7 @@ class BatchEngine:
         process's share of it) instead of on the local env, with ``EnvEngine.run_raw``'s lists
         back (the observations made in ``rows`` when given, as ``run_raw``'s ``obs_rows``);
         it must give the same results (a vector env's sub-envs kept at their
-        states by envs of their own). ``decided``: :meth:`BatchEnv.place_step` was asked already.
+        states by envs of their own). ``decided``: :meth:`place_step` was asked already.
         ``keys``: N ints, the items' sub-envs: a worker steps each on an env it keeps for its key, which
         holds the sub-env's state after its last step there (see :mod:`plan_parallel.workers.kept_envs`).
         """

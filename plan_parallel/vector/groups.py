@@ -148,9 +148,10 @@ class Group:
         ``(False, None, the placement decided)``, for :meth:`submit`."""
         if isinstance(self.plan, PlanEnv):
             return True, run(), None
-        decided = self.plan.place_step(n)
+        engine = batch_engine_of(self.plan)
+        decided = engine.place_step(n)
         if decided[1] == "here":
-            return True, self.plan.run_placed_here(decided, n, run), None
+            return True, engine.run_placed_here(decided, n, run), None
         return False, None, decided
 
     def submit(self, actions: Any, states: Sequence[Any], wait: bool = False,
