@@ -155,3 +155,18 @@ def test_the_scale_suite_prints_efficiency_and_the_amdahl_bound() -> None:
     amdahl = next(ln for ln in lines if ln.startswith("CartPole-v1"))
     caller, workers, bound = (float(v) for v in amdahl.split()[2:5])
     assert caller > 0 and workers > 0 and bound == pytest.approx(workers / caller, rel=0.05), amdahl
+
+
+@pytest.mark.timeout(300)
+def test_the_latency_suite_compares_small_calls_with_async_vector_env() -> None:
+    from plan_parallel.cli.bench.latency import bench_latency
+
+    lines = bench_latency(1, True, 2)
+    rows = {ln[:28].strip(): ln[28:].split() for ln in lines[2:-1]}
+    assert list(rows) == ["step_batch 2 (workers)", "make_vec x2 step (workers)", "AsyncVectorEnv x2 step",
+                          "SyncVectorEnv x2 step", "step_batch 2 (inline)"], lines
+    assert float(rows["AsyncVectorEnv x2 step"][3]) == 1.0, lines  # the reference's ratio to itself
+    for name, (wall, caller, workers, ratio) in rows.items():
+        assert float(wall) > 0 and float(caller) > 0 and float(ratio) > 0, (name, lines)
+        assert (float(workers) > 0) == ("workers" in name or "Async" in name), (name, lines)  # only those have workers
+    assert lines[-1].startswith("a bare pipe round trip"), lines

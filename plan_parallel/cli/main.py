@@ -46,6 +46,9 @@ suites (--suite; all runs each, in this order):
            the family's native state calls
   process: the process backend (--workers workers) against inline, and
            gymnasium's AsyncVectorEnv as a reference
+  latency: small calls (2 CartPole items, every batch on the workers):
+           step_batch and make_vec against gymnasium's AsyncVectorEnv, wall
+           and CPU per call on each side
   rollout: rollout_batch (each item's sequence in one worker) against one
            step_batch call per depth
   vector:  make_vec against gymnasium's SyncVectorEnv and AsyncVectorEnv

@@ -12,7 +12,7 @@ import importlib
 
 __all__ = ["SUITES", "add_bench_arguments", "run_bench"]
 
-SUITES = ("inline", "process", "rollout", "vector", "mcts", "scale", "ray")  # "all" runs them in this order
+SUITES = ("inline", "process", "latency", "rollout", "vector", "mcts", "scale", "ray")  # "all" runs them in this order
 
 
 def add_bench_arguments(p: argparse.ArgumentParser) -> None:
