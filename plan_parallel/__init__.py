@@ -11,7 +11,7 @@ Where to start: the functions documented below, and the classes named here, each
 - :func:`make`: an env with the planning API (``reset`` returns ``(state, obs, info)``, ``step`` six
   values, ``step_batch`` / ``rollout_batch`` many items): a :class:`PlanEnv` (``backend="inline"``) or a
   :class:`BatchEnv` (``"process"``, ``"ray"``; ``BACKENDS`` lists them), built from an env id or an
-  :class:`EnvFactory`.
+  :class:`EnvFactory`. Both provide :class:`PlanningEnv`, the Protocol to type code that runs on any backend.
 - :func:`make_vec`: a ``gymnasium.vector.VectorEnv`` over the same workers (``PlanVectorEnv``).
 - :class:`ExecutionPolicy`: where and how fast batches run (worker count, placement, opt-in host settings).
 - :func:`check_clonable`: prove or refute that an env's states replay bit-identically (run it on your own env).
@@ -46,6 +46,7 @@ from plan_parallel.errors import WaitTimeoutError as WaitTimeoutError
 from plan_parallel.errors import WorkerCrashedError as WorkerCrashedError
 from plan_parallel.errors import WorkerTimeoutError as WorkerTimeoutError
 from plan_parallel.factory import EnvFactory as EnvFactory
+from plan_parallel.results import PlanningEnv as PlanningEnv
 from plan_parallel.results import RolloutBatch as RolloutBatch
 from plan_parallel.results import StepBatch as StepBatch
 from plan_parallel.state import State as State

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, Literal, overload
 from plan_parallel.batch.policy import ExecutionPolicy
 from plan_parallel.env.plan_env import PlanEnv
 from plan_parallel.factory import EnvFactory
+from plan_parallel.results import PlanningEnv
 from plan_parallel.state.identity import env_creator
 from plan_parallel.state.restore_probe import check_one_step
 from plan_parallel.workers.cores import check_pin_workers
@@ -43,7 +44,7 @@ def make(env: str | Callable[..., Any], *, backend: str = ..., n_workers: int | 
          timeout: float | None = ..., max_restarts: int = ..., context: str | None = ..., adapter: Any = ...,
          small_batch_inline: bool | None = ..., address: str | None = ..., worker_options: dict | list[dict] | None = ...,
          pin_workers: bool | None = ..., execution: ExecutionPolicy | None = ..., check: bool = ...,
-         **env_kwargs: Any) -> PlanEnv | BatchEnv: ...
+         **env_kwargs: Any) -> PlanningEnv: ...
 
 
 def make(
@@ -62,7 +63,7 @@ def make(
     execution: ExecutionPolicy | None = None,
     check: bool = False,
     **env_kwargs: Any,
-) -> PlanEnv | BatchEnv:
+) -> PlanningEnv:
     """Build an env with the planning API: a :class:`PlanEnv` (inline) or a :class:`BatchEnv`.
 
     Not gymnasium's tuples: every call hands back the state first (plangym's order)::

@@ -1,8 +1,8 @@
 """What the planning calls return: :class:`StepBatch` and :class:`RolloutBatch`, and how observations stack."""
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any, NamedTuple
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 import numpy as np
 from gymnasium import spaces
@@ -11,7 +11,7 @@ from plan_parallel.state import State
 from plan_parallel.state.state_batch import StateBatch
 from plan_parallel.state.state_value import freeze
 
-__all__ = ["RolloutBatch", "StepBatch", "share_observations", "stack_observations", "step_batch_of",
+__all__ = ["PlanningEnv", "RolloutBatch", "StepBatch", "share_observations", "stack_observations", "step_batch_of",
            "writable_observation"]
 
 
@@ -137,3 +137,67 @@ def step_batch_of(space: spaces.Space, lists: tuple, rows: np.ndarray | None = N
         np.array(truncs, dtype=bool),
         infos,
     )
+
+
+@runtime_checkable
+class PlanningEnv(Protocol):
+    """What :func:`plan_parallel.make` returns on every backend, and what the planners need of an env.
+
+    :class:`~plan_parallel.env.plan_env.PlanEnv` (inline) and :class:`~plan_parallel.batch.batch_env.BatchEnv`
+    (worker processes, Ray actors) both provide it, with the same results for the same inputs; code written
+    against it runs on any backend. The methods' full documentation is on those two classes.
+    """
+
+    @property
+    def action_space(self) -> spaces.Space:
+        """The env's action space."""
+
+    @property
+    def observation_space(self) -> spaces.Space:
+        """The env's observation space."""
+
+    @property
+    def kind(self) -> str:
+        """The kind of state this env produces and accepts (:attr:`State.kind`)."""
+
+    @property
+    def n_workers(self) -> int:
+        """Worker processes or actors (1 for the inline backend)."""
+
+    @property
+    def stats(self) -> dict[str, Any]:
+        """Telemetry: batches, items, env seconds, ..."""
+
+    @property
+    def spec(self) -> Any:
+        """The env's ``EnvSpec`` (None for an env not made by ``gymnasium.make``)."""
+
+    def reset(self, seed: int | None = None, options: dict | None = None) -> tuple[State, Any, dict]:
+        """``(state, obs, info)``; the state becomes current."""
+
+    def step(self, action: Any, state: State | None = None, dt: int = 1) -> tuple:
+        """``(state, obs, reward, terminated, truncated, info)`` from ``state`` (the current one when None)."""
+
+    def step_batch(self, actions: Any, states: Sequence[State] | None = None, dt: Any = 1, *,
+                   seeds: Any = None) -> StepBatch:
+        """N (state, action, dt) items; the current state is left as it was."""
+
+    def rollout_batch(self, states: Sequence[State] | None, actions: Any = None, dt: Any = 1, *,
+                      horizon: int | None = None, policy: Callable[[Any, np.random.Generator], Any] | None = None,
+                      seeds: Any = None, return_all: bool = False) -> RolloutBatch:
+        """N rollouts of T steps each; the current state is left as it was."""
+
+    def get_state(self) -> State:
+        """The current state."""
+
+    def set_state(self, state: State) -> None:
+        """Make ``state`` current."""
+
+    def sync_states(self, state: State) -> None:
+        """Make ``state`` current everywhere it is held."""
+
+    def validate(self, state: State) -> None:
+        """Raise :class:`~plan_parallel.errors.StateError` unless ``state`` can restore this env."""
+
+    def close(self) -> None:
+        """Free the env and its workers; idempotent."""

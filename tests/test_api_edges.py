@@ -52,7 +52,22 @@ def test_batch_env_is_on_the_package_face_with_plan_envs_surface() -> None:
 
 def test_make_says_what_it_returns() -> None:
     hints = typing.get_type_hints(pp.make, globalns={**vars(pp), "BatchEnv": pp.BatchEnv})
-    assert hints["return"] == pp.PlanEnv | pp.BatchEnv
+    assert hints["return"] is pp.PlanningEnv  # the Protocol both env classes provide (mypy checks make's returns)
+    overloads = [typing.get_type_hints(f, globalns={**vars(pp), "Literal": typing.Literal})["return"]
+                 for f in typing.get_overloads(pp.make)]
+    assert overloads == [pp.PlanEnv, pp.BatchEnv, pp.PlanningEnv]  # inline, process/ray, a backend in a variable
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("backend", ["inline", "process"])
+def test_every_backend_gives_a_planning_env_with_each_member_of_the_protocol(backend: str) -> None:
+    members = [name for name in vars(pp.PlanningEnv) if not name.startswith("_")]
+    assert {"reset", "step", "step_batch", "rollout_batch", "get_state", "set_state", "action_space"} <= set(members)
+    with pp.make("CartPole-v1", backend=backend, n_workers=1) as env:
+        assert isinstance(env, pp.PlanningEnv)
+        assert [name for name in members if not hasattr(env, name)] == []
+        for name in members:  # each is documented where the reader looks for it
+            assert getattr(pp.PlanningEnv, name).__doc__, name
 
 
 @pytest.mark.timeout(300)

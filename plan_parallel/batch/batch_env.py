@@ -179,7 +179,7 @@ class BatchEnv:
 
         None for a worker whose pid is not known: a Ray actor reports its pid when it has built its env, so a
         replacement actor still starting (or one that died before it was ready) has None."""
-        return [s.worker.pid if s.worker is not None else None for s in self._pool.slots]
+        return [s.current.pid if s.current is not None else None for s in self._pool.slots]
 
     @property
     def closed(self) -> bool:

@@ -13,6 +13,7 @@ from plan_parallel.state import State
 from plan_parallel.wire.held import Table
 from plan_parallel.wire.messages import Call, Op, call_wire
 from plan_parallel.wire.slabs import PROTOCOL, Slab
+from plan_parallel.workers.base import Worker
 
 if TYPE_CHECKING:
     from plan_parallel.batch.future import BatchFuture
@@ -67,13 +68,19 @@ class Part:
 class Slot:
     """One worker's place in the pool: the worker (replaced when it dies), its state and its queue."""
 
-    worker: Any = None
+    current: Worker | None = None  # the slot's worker; None until the pool starts the first one (see worker)
     state: SlotState = SlotState.DEAD
     queue: deque = field(default_factory=deque)  # parts sent (or about to be), unanswered, in order
     held: State | None = None  # the state this worker holds, as far as what was sent says
     table: Table | None = None  # the states it holds for the chunks (wire.held); None: it holds none
     started_at: float = 0.0
     build_seconds: float = 0.0  # how long this slot's last worker took to build its env (0: none has yet)
+
+    @property
+    def worker(self) -> Worker:
+        """The slot's worker (the pool starts one in every slot before it sends anything)."""
+        assert self.current is not None, "a slot's worker is started before it is used"
+        return self.current
 
     @property
     def active(self) -> bool:

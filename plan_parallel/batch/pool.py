@@ -44,6 +44,7 @@ from plan_parallel.wire.held import Table
 from plan_parallel.wire.leases import LeasePool
 from plan_parallel.wire.messages import READY, Call, Op, Reply, WorkerInfo, reraise
 from plan_parallel.wire.slabs import SlabPool
+from plan_parallel.workers.base import Worker
 from plan_parallel.workers.cores import restore_cores
 
 __all__ = ["WorkerPool"]
@@ -63,7 +64,7 @@ class WorkerPool:
         max_restarts: workers that died or hung, replaced over the pool's life.
     """
 
-    def __init__(self, new_worker: Callable[[int], Any], worker_type: Any, n: int, timeout: float | None,
+    def __init__(self, new_worker: Callable[[int], Worker], worker_type: type[Worker], n: int, timeout: float | None,
                  max_restarts: int) -> None:
         self._new_worker = new_worker
         self._type = worker_type
@@ -109,7 +110,7 @@ class WorkerPool:
         slot = self.slots[i]
         with ctrl_c_deferred():  # a worker half-started is neither in its slot nor stopped
             slot.held, slot.table = None, Table() if self._type.keeps_states else None
-            slot.worker = self._new_worker(i)
+            slot.current = self._new_worker(i)
             slot.started_at = time.monotonic()
             slot.state = SlotState.STARTING
 
@@ -270,8 +271,7 @@ class WorkerPool:
         for due in (self.slots[i].due(self.timeout) for i in active):
             if due is not None:
                 wait = max(0.0, due - now) if wait is None else max(0.0, min(wait, due - now))
-        ready = self._type.wait_any([self.slots[i].worker for i in active], wait, self._wake_r,
-                                    self._due_in(active, now))
+        ready = self._type.wait_any([self.slots[i].worker for i in active], wait, self._wake_r, self._due_in(active, now))
         if self._closing:
             self._fail_all(ClosedError("the env was closed while this batch was in flight"))
             return
@@ -376,7 +376,7 @@ class WorkerPool:
         """Start a worker in every dead slot, and send again the parts they had not answered."""
         for i, slot in enumerate(self.slots):
             if slot.state is SlotState.DEAD and self._broken is None and not self._closing:
-                if slot.worker is not None:
+                if slot.current is not None:
                     slot.worker.close(0.0)
                 self._start_slot(i)
         while self._requeue:
@@ -435,7 +435,7 @@ class WorkerPool:
             self._fail_all(ClosedError("the env was closed while this batch was in flight"))
             deadline = time.monotonic() + timeout
             for slot in self.slots:
-                if slot.worker is not None and slot.state is not SlotState.CLOSED:
+                if slot.current is not None and slot.state is not SlotState.CLOSED:
                     slot.worker.close(max(0.0, deadline - time.monotonic()))
                 slot.state = SlotState.CLOSED
                 slot.queue.clear()

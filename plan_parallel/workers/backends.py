@@ -30,7 +30,7 @@ class Backend:
     """What a pool needs from its backend."""
 
     #: The worker class (its ``wait_any`` and ``broadcast_args`` are used as class methods).
-    worker_type: Any
+    worker_type: type[Worker]
     #: Starts worker ``index`` without waiting for its env.
     new_worker: Callable[[int], Worker]
     #: How the backend shows in a repr: ``"context='forkserver'"``, ``"backend='ray'"``.
