@@ -17,6 +17,7 @@ import numpy as np
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_differing_spaces, batch_space, concatenate, create_empty_array
 
+from plan_parallel.batch.policy import ExecutionPolicy
 from plan_parallel.errors import ClosedError, StateError
 from plan_parallel.interrupts import ctrl_c_deferred
 from plan_parallel.state import State
@@ -66,7 +67,7 @@ class VectorCore(VectorAttrs, VectorEnv):  # type: ignore[misc]  # np_random(_se
         address: str | None = None,
         worker_options: dict | None = None,
         pin_workers: bool | None = None,
-        execution: Any = None,
+        execution: ExecutionPolicy | None = None,
         **env_kwargs: Any,
     ) -> None:
         """Build the recipe groups (planning envs and envs here); no sub-env is reset yet (call :meth:`reset`).
