@@ -91,7 +91,8 @@ def make_vec(
             one per sub-env (as ``env_fns``).
         num_envs: the number of sub-envs (any N >= 1, independent of ``n_workers``; default 1, or
             ``len(env_fns)``).
-        n_workers, backend: as :func:`make`.
+        n_workers: as :func:`make`.
+        backend: as :func:`make`.
         autoreset_mode: gymnasium's ``AutoresetMode`` (``NEXT_STEP``, the default, ``SAME_STEP`` or
             ``DISABLED``) or its string value.
         env_fns: gymnasium's list of sub-env constructors (instead of ``env``).
@@ -100,9 +101,15 @@ def make_vec(
         recover: replace a worker that dies and replay its items; False: a death raises
             :class:`WorkerCrashedError`.
         copy: return a fresh observation array every call (as ``SyncVectorEnv``'s ``copy``).
-        timeout, context, adapter, small_batch_inline, address, worker_options: as :func:`make`.
+        timeout: as :func:`make`.
         max_restarts: dead workers replaced over the env's life (default 3 with ``recover``).
-        pin_workers, execution: as :func:`make` (the same defaults).
+        context: as :func:`make`.
+        adapter: as :func:`make`.
+        small_batch_inline: as :func:`make`.
+        address: as :func:`make`.
+        worker_options: as :func:`make`.
+        pin_workers: as :func:`make` (the same default).
+        execution: as :func:`make` (the same default).
         **env_kwargs: passed to ``gymnasium.make`` (or to the callable).
 
     The full description is :class:`plan_parallel.vector.PlanVectorEnv`'s.

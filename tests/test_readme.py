@@ -1,4 +1,5 @@
-"""Every Python block of the README runs as written when pasted into a script (a new user's first hour).
+"""Every Python block of the README and of the docs site's pages (``docs/``) runs as written when pasted into a
+script (a new user's first hour).
 
 Blocks that start with ``# needs a Ray cluster`` are only compiled.
 """
@@ -11,24 +12,34 @@ from pathlib import Path
 
 import pytest
 
-README = Path(__file__).resolve().parents[1] / "README.md"
-BLOCKS = re.findall(r"```python\n(.*?)```", README.read_text(), re.S)
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
+PAGES = [README, *sorted((ROOT / "docs").rglob("*.md"))]
+BLOCKS = [(page, code) for page in PAGES for code in re.findall(r"```python\n(.*?)```", page.read_text(), re.S)]
 CLUSTER = "# needs a Ray cluster"
 
 
-def test_the_readme_has_python_blocks() -> None:
+def block_id(k: int) -> str:
+    page = BLOCKS[k][0]
+    name = page.stem if page == README else page.relative_to(ROOT).with_suffix("").as_posix()
+    return f"{name}-block{sum(1 for p, _ in BLOCKS[:k] if p == page)}"
+
+
+def test_the_readme_and_the_docs_have_python_blocks() -> None:
+    assert len([code for page, code in BLOCKS if page == README]) >= 3  # a batch, a planner, the vector env
     assert len(BLOCKS) >= 6
 
 
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("k", range(len(BLOCKS)), ids=[f"block{k}" for k in range(len(BLOCKS))])
+@pytest.mark.parametrize("k", range(len(BLOCKS)), ids=[block_id(k) for k in range(len(BLOCKS))])
 def test_block_runs_as_a_script(k: int, tmp_path: Path) -> None:
-    code = BLOCKS[k]
-    compile(code, f"README block {k}", "exec")
+    page, code = BLOCKS[k]
+    where = f"{page.relative_to(ROOT)} block {block_id(k)}"
+    compile(code, where, "exec")
     if code.startswith(CLUSTER):
         pytest.skip("needs a Ray cluster: compiled only")
-    script = tmp_path / f"block{k}.py"  # as pasted into a file: no main guard
+    script = tmp_path / "block.py"  # as pasted into a file: no main guard
     script.write_text(code)
     r = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=240)
-    assert r.returncode == 0, f"README block {k} failed:\n{code}\n--- stderr ---\n{r.stderr[-4000:]}"
+    assert r.returncode == 0, f"{where} failed:\n{code}\n--- stderr ---\n{r.stderr[-4000:]}"
     assert "Traceback" not in r.stderr, r.stderr[-4000:]
