@@ -126,7 +126,7 @@ class Case:
         oracle: an inline env of the same env.
         reference: builds gymnasium's own env, or None (no gymnasium comparison).
         fresh_reference: every seeded reset is compared with a newly built reference (Box2D: gymnasium's
-            own env reset again keeps its world, and BipedalWalker then steps differently; see README).
+            own env reset again keeps its world, and BipedalWalker then steps differently; see docs/guides/states.md).
         kill: a worker may be killed between calls (the process backend).
     """
 

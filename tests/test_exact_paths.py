@@ -1,7 +1,8 @@
 """Exactness along the paths the differential fuzzer walks (DESIGN, invariant 1): one named row per hole.
 
 Each row failed on e06f264 (the first three are issue 50's; the others the fuzzer found), and the last
-rows state the deliberate deviations from gymnasium (the README's table of families says them too).
+rows state the deliberate deviations from gymnasium (the README names them; the table of families in
+docs/guides/states.md says them too).
 The fuzzer itself is ``tests/test_fuzz.py``.
 """
 from __future__ import annotations
@@ -258,4 +259,4 @@ def test_bipedal_walker_reset_with_a_seed_is_a_new_envs_reset() -> None:
     for k, (a, b) in enumerate(zip(ours, fresh)):
         assert_tree_equal(a, b, f"observation {k}")
     assert any(not np.array_equal(a[0], b[0]) for a, b in zip(episode(used, False)[1:], fresh[1:])), \
-        "gymnasium's used env now equals a new one: the deviation is gone (update the README)"
+        "gymnasium's used env now equals a new one: the deviation is gone (update the README and docs/guides/states.md)"

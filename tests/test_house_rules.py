@@ -99,7 +99,7 @@ def test_the_state_package_reads_envs_attributes_not_their_dict() -> None:
     assert not bad, f"getattr/setattr, not __dict__: {bad}"
 
 
-# The README's "The code": each tier imports only from the tiers before it (and its own).
+# The docs' "The code" (docs/guides/code.md): each tier imports only from the tiers before it (and its own).
 TIERS = [("errors", "interrupts"), ("state",), ("results", "inputs", "action_inputs", "factory"), ("env",), ("wire",),
          ("workers",), ("batch",), ("build",), ("vector",), ("planners",), ("cli",)]
 # check_clonable builds an env from an id with the factory: lazily, inside the function.
@@ -131,7 +131,7 @@ def test_each_package_imports_only_from_the_ones_before_it() -> None:
                 continue
             if tier[parts[1]] > mine and (rel.as_posix(), parts[1]) not in LATER_IMPORTS:
                 bad.append(f"{rel}:{line} imports {name}")
-    assert not bad, "imports from a later package (README, The code):\n" + "\n".join(bad)
+    assert not bad, "imports from a later package (docs/guides/code.md):\n" + "\n".join(bad)
 
 
 def test_package_faces_only_re_export_and_only_the_cli_imports_the_top_one() -> None:
