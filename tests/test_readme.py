@@ -43,3 +43,16 @@ def test_block_runs_as_a_script(k: int, tmp_path: Path) -> None:
     r = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=240)
     assert r.returncode == 0, f"{where} failed:\n{code}\n--- stderr ---\n{r.stderr[-4000:]}"
     assert "Traceback" not in r.stderr, r.stderr[-4000:]
+
+
+def test_ci_runs_the_readme_test_command() -> None:
+    """``.ci/run`` runs each part of the README's test command (install, docs build, pytest), in that order."""
+    (command,) = re.findall(r'^(pip install -e "\.\[test[\w,]*\]" && .+)$', README.read_text(), re.M)
+    lines = [line.split("  #")[0].strip() for line in (ROOT / ".ci" / "run").read_text().splitlines()]
+    found = []
+    for part in command.split(" && "):
+        at = [i for i, line in enumerate(lines) if part in (line, line.removeprefix("python -m "))]
+        assert at, f".ci/run does not run {part!r} of the README's test command"
+        found.append(at[0])
+    assert found == sorted(found), ".ci/run runs the README's test command in another order"
+    assert "mkdocs build --strict" in command  # the docs' warnings fail CI
