@@ -57,7 +57,7 @@ from plan_parallel.state.check import check_clonable
 if TYPE_CHECKING:
     from plan_parallel.vector import PlanVectorEnv
 
-__version__ = "0.1.0"
+__version__ = "0.1.0"  # the one place the version is written: setup.cfg reads it (attr:); CHANGELOG.md
 
 __all__ = ["BACKENDS", "check_clonable", "get_state", "make", "make_vec", "set_state"]
 
