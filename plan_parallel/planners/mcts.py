@@ -52,10 +52,6 @@ class _Tree:
         self.lo = math.inf  # min / max Q seen, for normalization
         self.hi = -math.inf
 
-    def see(self, q: float) -> None:
-        self.lo = min(self.lo, q)
-        self.hi = max(self.hi, q)
-
 
 class MCTS(SearchPlanner):
     """UCT with batched leaf selection, expansion and rollouts (discrete actions).
@@ -197,12 +193,14 @@ class MCTS(SearchPlanner):
         """The expanded child with the best UCT score (virtual loss counted as a zero-value visit)."""
         best, best_score = None, -math.inf
         log_n = math.log(max(1, node.n + node.vl))
+        lo, discount, c, sqrt = tree.lo, self.discount, self.exploration, math.sqrt  # the loop is the hot spot
         for child in node.children:
             if child is None:  # pending expansion
                 continue
-            visits = child.n + child.vl  # n >= 1: a child exists once its first simulation is backed up
-            q = (self._q(child) - tree.lo) / span if span > 0 else 0.5
-            score = q * child.n / visits + self.exploration * math.sqrt(log_n / visits)
+            n = child.n
+            visits = n + child.vl  # n >= 1: a child exists once its first simulation is backed up
+            q = (child.reward + discount * (child.w / n) - lo) / span if span > 0 else 0.5  # _q(child), inlined
+            score = q * n / visits + c * sqrt(log_n / visits)
             if score > best_score:
                 best, best_score = child, score
         return best
@@ -247,14 +245,20 @@ class MCTS(SearchPlanner):
 
         Returns the simulation's return from the root.
         """
+        discount, lo, hi = self.discount, tree.lo, tree.hi
         for i in range(len(path) - 1, -1, -1):
             node = path[i]
             node.vl -= 1
             node.n += 1
             node.w += g
             if i:
-                tree.see(self._q(node))
-                g = node.reward + self.discount * g
+                q = node.reward + discount * (node.w / node.n)  # _q(node), inlined: tree.see(q)
+                if q < lo:
+                    lo = q
+                if q > hi:
+                    hi = q
+                g = node.reward + discount * g
+        tree.lo, tree.hi = lo, hi
         return g
 
     def _best(self, root: _Node, rng: np.random.Generator) -> tuple[int, int]:
@@ -285,4 +289,4 @@ class _Seen:
 
 def _order(rng: np.random.Generator, n_actions: int) -> list[int]:
     """The order in which a new node's actions get expanded (popped from the end): random, seeded."""
-    return [int(a) for a in rng.permutation(n_actions)]
+    return rng.permutation(n_actions).tolist()  # Python ints
