@@ -151,7 +151,7 @@ def test_plan_many_refuses_bad_input_naming_expected_and_given(
 
 
 class _Failing:
-    """An env whose ``fail``-th env call (step_batch or rollout_batch) raises, else the inline env's."""
+    """An env whose ``fail``-th env call (step_batch, rollout_batch or their async forms) raises, else ``env``'s."""
 
     def __init__(self, env: Any, fail: int) -> None:
         self.env, self.fail, self.calls = env, fail, 0
@@ -169,6 +169,12 @@ class _Failing:
     def rollout_batch(self, *args: Any, **kwargs: Any) -> Any:
         return self._call("rollout_batch", *args, **kwargs)
 
+    def step_batch_async(self, *args: Any, **kwargs: Any) -> Any:  # for planner.overlap > 1
+        return self._call("step_batch_async", *args, **kwargs)
+
+    def rollout_batch_async(self, *args: Any, **kwargs: Any) -> Any:
+        return self._call("rollout_batch_async", *args, **kwargs)
+
 
 @pytest.mark.timeout(60)
 def test_an_env_error_drops_the_roots_half_updated_trees(inline: Any) -> None:
@@ -184,3 +190,37 @@ def test_an_env_error_drops_the_roots_half_updated_trees(inline: Any) -> None:
     again.plan_many(inline, states)
     again.plan_many(inline, nxt)
     assert [s["reused"] for s in again.root_stats] == [True, True]
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("name", sorted(PLANNERS))
+@pytest.mark.parametrize("overlap", [2, 3])
+def test_overlapped_groups_of_roots_decide_as_plan_after_reset_seed_plus_k(name: str, overlap: int,
+                                                                             inline: Any) -> None:
+    """``planner.overlap``: groups of roots with their rollout calls in flight together; the same decisions."""
+    planner = PLANNERS[name](SEED)
+    planner.overlap = overlap
+    states = _starts(inline, ROOTS + 1)
+    many = []
+    with pp.make("CartPole-v1", backend="process", n_workers=2, small_batch_inline=False) as env:
+        for _ in range(2):
+            actions = planner.plan_many(env, states)
+            many.append((actions, [_own(s) for s in planner.root_stats]))
+            states = [inline.step(a, s, dt=planner.dt)[0] for a, s in zip(actions, states)]
+    for k, start in enumerate(_starts(inline, ROOTS + 1)):
+        alone_actions, alone_stats = _alone(name, inline, SEED + k, start, 2, planner.dt)
+        assert [m[0][k] for m in many] == alone_actions, f"root {k}"
+        assert [m[1][k] for m in many] == alone_stats, f"root {k}"
+
+
+@pytest.mark.timeout(60)
+def test_an_env_error_with_overlapped_calls_in_flight_leaves_the_env_usable() -> None:
+    planner = PLANNERS["mcts"](SEED)
+    planner.overlap = 2
+    with pp.make("CartPole-v1", backend="process", n_workers=2, small_batch_inline=False) as env:
+        states = _starts(env, 4)
+        with pytest.raises(RuntimeError, match="env broke"):
+            planner.plan_many(_Failing(env, fail=4), states)  # a rollout sent while another is in flight
+        planner.plan_many(env, states)
+        assert [s["reused"] for s in planner.root_stats] == [False] * 4
+        assert len(env.step_batch([0, 1], states=states[:2]).states) == 2

@@ -96,15 +96,19 @@ def rollout(env: Any, states: Sequence[State], actions: np.ndarray, dt: int = 1)
     """
     native = getattr(env, "rollout_batch", None)
     if native is not None:
-        rb = native(states, actions, dt)
-        return Rollouts(
-            list(rb.states),
-            np.asarray(rb.rewards, dtype=np.float64),
-            np.asarray(rb.terminations, dtype=bool),
-            np.asarray(rb.truncations, dtype=bool),
-            np.asarray(rb.n_steps, dtype=np.int64),
-        )
+        return _rollouts(native(states, actions, dt))
     return _rollout_by_steps(env, states, actions, dt)
+
+
+def _rollouts(rb: Any) -> Rollouts:
+    """The part of a ``RolloutBatch`` planners use."""
+    return Rollouts(
+        list(rb.states),
+        np.asarray(rb.rewards, dtype=np.float64),
+        np.asarray(rb.terminations, dtype=bool),
+        np.asarray(rb.truncations, dtype=bool),
+        np.asarray(rb.n_steps, dtype=np.int64),
+    )
 
 
 def _rollout_by_steps(env: Any, states: Sequence[State], actions: np.ndarray, dt: int) -> Rollouts:
@@ -161,6 +165,32 @@ class Meter:
         self.env_seconds += time.perf_counter() - t0
         self.calls += 1
         self.transitions += int(out.n_steps.sum())
+        return out
+
+    def submit(self, env: Any, kind: str, states: Sequence[State], actions: np.ndarray, dt: int) -> Any:
+        """Send a ``"step"`` or ``"rollout"`` call without waiting (the env's ``*_async`` method); its future.
+
+        The seconds spent sending count as env seconds; :meth:`gather` counts the wait.
+        """
+        t0 = time.perf_counter()
+        if kind == "rollout":
+            future = env.rollout_batch_async(states, actions, dt)
+        else:
+            future = env.step_batch_async(actions, states=states, dt=dt)
+        self.env_seconds += time.perf_counter() - t0
+        self.calls += 1
+        return future
+
+    def gather(self, future: Any, kind: str) -> Any:
+        """Wait for a call of :meth:`submit`: a ``StepBatch``, or :class:`Rollouts` for a rollout."""
+        t0 = time.perf_counter()
+        out = future.result()
+        self.env_seconds += time.perf_counter() - t0
+        if kind == "rollout":
+            out = _rollouts(out)
+            self.transitions += int(out.n_steps.sum())
+        else:
+            self.transitions += sum(info["n_steps"] for info in out.infos)
         return out
 
     def snapshot(self) -> tuple[int, int, float]:

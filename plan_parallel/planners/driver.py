@@ -19,6 +19,7 @@ of ``plan_many`` decide as ``plan`` of a planner reset with ``seed + k``.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections import deque
 from collections.abc import Callable, Generator, Iterator, Sequence
 from typing import Any, Generic, Literal, NamedTuple, TypeVar
 
@@ -87,10 +88,7 @@ class _Rows(Sequence):
         return (self.rows[j] for j in range(self.start, self.stop))
 
 
-def _call(env: Any, meter: Meter, kind: str, states: list[State], actions: np.ndarray, dt: int) -> Steps | Rollouts:
-    if kind == "rollout":
-        return meter.rollout(env, states, actions, dt)
-    b = meter.step_batch(env, actions, states, dt)
+def _steps(b: Any) -> Steps:
     n_steps = np.fromiter((info["n_steps"] for info in b.infos), dtype=np.int64, count=len(b.infos))
     return Steps(b.states, np.asarray(b.rewards, dtype=np.float64), np.asarray(b.terminations, dtype=bool),
                  np.asarray(b.truncations, dtype=bool), n_steps)
@@ -108,8 +106,25 @@ def _empty(kind: str, actions: np.ndarray) -> Steps | Rollouts:
     return Steps([], np.zeros(0, dtype=np.float64), none, none, np.zeros(0, np.int64))
 
 
-def drive(env: Any, meter: Meter, searches: Sequence[Search], dt: int) -> tuple[list[Any], list[int]]:
+class _Call(NamedTuple):
+    """One env call of a group of searches: which searches' requests it holds, and its result or future."""
+
+    group: int
+    kind: str
+    ids: list[int]  # every search whose request of this kind the call answers (an empty request included)
+    out: Any  # Steps / Rollouts; a future when sent without waiting; None when every request was empty
+    sent: bool
+
+
+def drive(env: Any, meter: Meter, searches: Sequence[Search], dt: int, groups: int = 1) -> tuple[list[Any], list[int]]:
     """Run ``searches`` to their decisions, each round one env call per kind of request over all of them.
+
+    ``groups > 1`` (and an env with ``step_batch_async`` and ``rollout_batch_async``):
+    the searches are cut into that many groups of consecutive searches, each with its
+    own rounds; a group's rollout calls are sent without waiting (its step calls are
+    waited for, so the env may run them in this process), so while the workers run one
+    group's rollouts this process advances the searches of another. Every item's
+    result is the same in any batch, so the decisions are too.
 
     Returns:
         Each search's decision, and the env steps its own items took (``transitions``).
@@ -117,6 +132,10 @@ def drive(env: Any, meter: Meter, searches: Sequence[Search], dt: int) -> tuple[
     decisions: list[Any] = [None] * len(searches)
     transitions = [0] * len(searches)
     pending: dict[int, Request] = {}
+    overlap = groups > 1 and hasattr(env, "step_batch_async") and hasattr(env, "rollout_batch_async")
+    size = -(-len(searches) // groups) if overlap else len(searches)
+    members = [range(g, min(g + size, len(searches))) for g in range(0, len(searches), size)]
+    phases = [0] * len(members)
 
     def advance(i: int, result: Any) -> None:
         try:
@@ -125,26 +144,55 @@ def drive(env: Any, meter: Meter, searches: Sequence[Search], dt: int) -> tuple[
             decisions[i] = stop.value
             pending.pop(i, None)
 
+    def answer(call: _Call) -> None:
+        out = call.out
+        if call.sent:
+            out = meter.gather(out, call.kind)
+            out = _steps(out) if call.kind == "step" else out
+        start = 0
+        for i in call.ids:
+            request = pending[i]
+            n = len(request.states)
+            part = _empty(call.kind, request.actions) if n == 0 else _rows(out, start, start + n)
+            start += n
+            transitions[i] += int(part.n_steps.sum())
+            advance(i, part)
+
+    def begin(g: int) -> _Call | None:
+        """Group ``g``'s next env call (its requests of the next kind that has any); None when it has finished."""
+        while any(i in pending for i in members[g]):
+            kind = _KINDS[phases[g]]
+            phases[g] = (phases[g] + 1) % len(_KINDS)
+            ids = [i for i in members[g] if i in pending and pending[i].kind == kind]
+            full = [i for i in ids if len(pending[i].states)]
+            if not full:
+                if ids:
+                    answer(_Call(g, kind, ids, None, False))
+                continue
+            states = [s for i in full for s in pending[i].states]
+            actions = np.concatenate([pending[i].actions for i in full])
+            if overlap and kind == "rollout":
+                return _Call(g, kind, ids, meter.submit(env, kind, states, actions, dt), True)
+            if kind == "rollout":
+                return _Call(g, kind, ids, meter.rollout(env, states, actions, dt), False)
+            return _Call(g, kind, ids, _steps(meter.step_batch(env, actions, states, dt)), False)
+        return None
+
     for i in range(len(searches)):
         advance(i, None)
-    while pending:
-        for kind in _KINDS:
-            ids = [i for i, r in pending.items() if r.kind == kind]
-            if not ids:
-                continue
-            full = [i for i in ids if len(pending[i].states)]
-            out = None
-            if full:
-                states = [s for i in full for s in pending[i].states]
-                out = _call(env, meter, kind, states, np.concatenate([pending[i].actions for i in full]), dt)
-            start = 0
-            for i in ids:
-                request = pending[i]
-                n = len(request.states)
-                part = _empty(kind, request.actions) if n == 0 else _rows(out, start, start + n)  # type: ignore[arg-type]
-                start += n
-                transitions[i] += int(part.n_steps.sum())
-                advance(i, part)
+    calls = deque(c for c in (begin(g) for g in range(len(members))) if c is not None)
+    try:
+        while calls:
+            call = calls.popleft()
+            answer(call)
+            nxt = begin(call.group)
+            if nxt is not None:
+                calls.append(nxt)
+    except BaseException:  # the other groups' calls in flight are of no use now
+        for call in calls:
+            if call.sent:
+                call.out.cancel()
+        raise
     return decisions, transitions
 
 
@@ -234,6 +282,13 @@ class SearchPlanner(ABC):
 
     dt: int
     meter: Meter
+    overlap: int = 1
+    """Groups of roots whose rollout calls overlap in ``plan_many`` (see :func:`drive`); 1: one call at a time.
+
+    Opt-in (``planner.overlap = 2``): the decisions are the same, only the batches
+    differ. Measured on 2 shared cores with 8 roots at W=2 it was slower on CartPole
+    (more, smaller calls) and no faster on Pong; see docs/planning.md.
+    """
 
     @abstractmethod
     def searcher(self, env: Any) -> Callable[[Lane[Any], State], Search]:
@@ -292,7 +347,7 @@ class SearchPlanner(ABC):
         mark = self.meter.mark()
         searches = [search(self.lanes[k], s) for k, s in zip(ks, states)]
         try:
-            decided, transitions = drive(env, self.meter, searches, self.dt)
+            decided, transitions = drive(env, self.meter, searches, self.dt, min(self.overlap, len(searches)))
         except BaseException:  # a search stopped half way leaves its memory half updated
             for k in ks:
                 self.lanes.forget(k)
