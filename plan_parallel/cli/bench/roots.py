@@ -82,6 +82,8 @@ CASES = (
     Case("ALE/Pong-v5", "ALE/Pong-v5", {}, None, 8, 2, None),
     Case("CartPole-v1", "CartPole-v1", {}, None, 8, 10, None),
     Case("SleepyWalk 1 ms", SleepyWalk, {"pause": 1e-3}, _SLEEPY_MCTS, 8, 2, (1, 2, 4, 8, 16, 32)),
+    # 64 roots: 1,024 items a round at W=32 (32 a worker) where 8 roots give 4; one decision keeps a turn ~11 s
+    Case("SleepyWalk 1 ms", SleepyWalk, {"pause": 1e-3}, _SLEEPY_MCTS, 64, 1, (32,)),
 )
 QUICK_CASES = (
     Case("CartPole-v1", "CartPole-v1", {}, {"budget": 8, "leaves_per_batch": 4, "rollout_depth": 4}, 2, 1, None),
