@@ -56,3 +56,21 @@ def test_ci_runs_the_readme_test_command() -> None:
         found.append(at[0])
     assert found == sorted(found), ".ci/run runs the README's test command in another order"
     assert "mkdocs build --strict" in command  # the docs' warnings fail CI
+
+
+def test_the_readmes_links_reach_a_file_and_its_heading() -> None:
+    """The front page links into the docs site: each relative link names a file of the repository and, after
+    ``#``, one of its headings (GitHub's and MkDocs' slugs: lower case, punctuation dropped, spaces as ``-``)."""
+    bad = []
+    for target in re.findall(r"\]\(([^)\s]+)\)", README.read_text()):
+        if target.startswith(("http://", "https://")):
+            continue
+        path, _, anchor = target.partition("#")
+        page = ROOT / path
+        if not page.is_file():
+            bad.append(target)
+        elif anchor:
+            headings = re.findall(r"^#+ (.*)$", page.read_text(), re.M)
+            if anchor not in [re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-") for h in headings]:
+                bad.append(target)
+    assert not bad, f"README links to no such file or heading: {bad}"
