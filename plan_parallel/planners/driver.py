@@ -286,8 +286,9 @@ class SearchPlanner(ABC):
     """Groups of roots whose rollout calls overlap in ``plan_many`` (see :func:`drive`); 1: one call at a time.
 
     Opt-in (``planner.overlap = 2``): the decisions are the same, only the batches
-    differ. Measured on 2 shared cores with 8 roots at W=2 it was slower on CartPole
-    (more, smaller calls) and no faster on Pong; see docs/planning.md.
+    differ. On 2 shared cores with 8 roots at W=2 it gained no more than the spread
+    of the turns (Pong 1.68x against 1.59x single inline, CartPole 1.10x against 1.06x)
+    and lost on CartPole when the cores were busy (smaller calls); see docs/planning.md.
     """
 
     @abstractmethod
