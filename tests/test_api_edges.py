@@ -153,3 +153,12 @@ def test_pids_after_close_are_the_last_workers_and_they_are_gone() -> None:
     for pid in before:
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)
+
+
+def test_the_planners_take_any_planning_env() -> None:
+    from plan_parallel import planners
+
+    for cls in (planners.MCTS, planners.BeamSearch, planners.RandomShooting):
+        for method in (cls.plan, cls.plan_many):
+            hints = typing.get_type_hints(method, globalns={**vars(planners), **vars(pp)})
+            assert hints["env"] is pp.PlanningEnv, (cls.__name__, method.__name__, hints["env"])

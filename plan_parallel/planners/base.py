@@ -16,6 +16,7 @@ from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 import numpy as np
 
+from plan_parallel.results import PlanningEnv
 from plan_parallel.state import State
 
 __all__ = [
@@ -47,7 +48,7 @@ class Planner(Protocol):
     def reset(self, seed: int | None = None) -> None:
         """Forget everything (search tree, warm starts) and reseed the planner's RNG."""
 
-    def plan(self, env: Any, state: State) -> Any:
+    def plan(self, env: PlanningEnv, state: State) -> Any:
         """The action to apply ``dt`` times from ``state``; never changes ``env``'s current state."""
 
 
@@ -64,7 +65,7 @@ class ManyPlanner(Planner, Protocol):
 
     root_stats: list[dict[str, Any]]
 
-    def plan_many(self, env: Any, states: Sequence[State], roots: Sequence[int] | None = None) -> list[Any]:
+    def plan_many(self, env: PlanningEnv, states: Sequence[State], roots: Sequence[int] | None = None) -> list[Any]:
         """One action per state; ``roots[i]`` is the root (seeded ``seed + roots[i]``) deciding for ``states[i]``."""
 
 
@@ -86,7 +87,7 @@ class Rollouts(NamedTuple):
     n_steps: np.ndarray
 
 
-def rollout(env: Any, states: Sequence[State], actions: np.ndarray, dt: int = 1) -> Rollouts:
+def rollout(env: PlanningEnv, states: Sequence[State], actions: np.ndarray, dt: int = 1) -> Rollouts:
     """Roll out ``actions[i]`` (shape ``(N, T, *action_shape)``) from ``states[i]``, ``dt`` env steps per action.
 
     Uses ``env.rollout_batch`` when the env has one (the whole sequence runs in
@@ -111,7 +112,7 @@ def _rollouts(rb: Any) -> Rollouts:
     )
 
 
-def _rollout_by_steps(env: Any, states: Sequence[State], actions: np.ndarray, dt: int) -> Rollouts:
+def _rollout_by_steps(env: PlanningEnv, states: Sequence[State], actions: np.ndarray, dt: int) -> Rollouts:
     n, horizon = actions.shape[:2]
     out_states = list(states)
     rewards = np.zeros((n, horizon), dtype=np.float64)
@@ -151,7 +152,7 @@ class Meter:
         self.transitions = 0
         self.env_seconds = 0.0
 
-    def step_batch(self, env: Any, actions: Any, states: Sequence[State], dt: int) -> Any:
+    def step_batch(self, env: PlanningEnv, actions: Any, states: Sequence[State], dt: int) -> Any:
         t0 = time.perf_counter()
         batch = env.step_batch(actions, states=states, dt=dt)
         self.env_seconds += time.perf_counter() - t0
@@ -159,7 +160,7 @@ class Meter:
         self.transitions += sum(info["n_steps"] for info in batch.infos)
         return batch
 
-    def rollout(self, env: Any, states: Sequence[State], actions: np.ndarray, dt: int) -> Rollouts:
+    def rollout(self, env: PlanningEnv, states: Sequence[State], actions: np.ndarray, dt: int) -> Rollouts:
         t0 = time.perf_counter()
         out = rollout(env, states, actions, dt)
         self.env_seconds += time.perf_counter() - t0
@@ -168,7 +169,8 @@ class Meter:
         return out
 
     def submit(self, env: Any, kind: str, states: Sequence[State], actions: np.ndarray, dt: int) -> Any:
-        """Send a ``"step"`` or ``"rollout"`` call without waiting (the env's ``*_async`` method); its future.
+        """Send a ``"step"`` or ``"rollout"`` call without waiting (the env's ``*_async`` method, which a
+        :class:`~plan_parallel.batch.batch_env.BatchEnv` has and :class:`PlanningEnv` does not promise); its future.
 
         The seconds spent sending count as env seconds; :meth:`gather` counts the wait.
         """

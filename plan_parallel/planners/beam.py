@@ -21,6 +21,7 @@ from gymnasium import spaces
 
 from plan_parallel.planners.base import Meter, check_float, check_int
 from plan_parallel.planners.driver import Lane, Request, Search, SearchPlanner
+from plan_parallel.results import PlanningEnv
 from plan_parallel.state import State
 
 __all__ = ["BeamSearch"]
@@ -56,7 +57,7 @@ class BeamSearch(SearchPlanner):
         """Nothing: each decision searches from scratch."""
         return None
 
-    def searcher(self, env: Any) -> Callable[[Lane[Any], State], Search]:
+    def searcher(self, env: PlanningEnv) -> Callable[[Lane[Any], State], Search]:
         """The search of one root on ``env``: the first action of the best plan of at most ``depth`` actions.
 
         Raises:

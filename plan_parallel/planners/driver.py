@@ -26,6 +26,7 @@ from typing import Any, Generic, Literal, NamedTuple, TypeVar
 import numpy as np
 
 from plan_parallel.planners.base import Meter, Rollouts, check_int
+from plan_parallel.results import PlanningEnv
 from plan_parallel.state import State
 
 __all__ = ["Lane", "Lanes", "Request", "Search", "SearchPlanner", "Steps", "check_roots", "drive"]
@@ -116,7 +117,7 @@ class _Call(NamedTuple):
     sent: bool
 
 
-def drive(env: Any, meter: Meter, searches: Sequence[Search], dt: int, groups: int = 1) -> tuple[list[Any], list[int]]:
+def drive(env: PlanningEnv, meter: Meter, searches: Sequence[Search], dt: int, groups: int = 1) -> tuple[list[Any], list[int]]:
     """Run ``searches`` to their decisions, each round one env call per kind of request over all of them.
 
     ``groups > 1`` (and an env with ``step_batch_async`` and ``rollout_batch_async``):
@@ -292,7 +293,7 @@ class SearchPlanner(ABC):
     """
 
     @abstractmethod
-    def searcher(self, env: Any) -> Callable[[Lane[Any], State], Search]:
+    def searcher(self, env: PlanningEnv) -> Callable[[Lane[Any], State], Search]:
         """Check ``env``'s action space; return the function making one root's search on it."""
 
     @abstractmethod
@@ -309,7 +310,7 @@ class SearchPlanner(ABC):
         self.last_stats: dict[str, Any] = {}
         self.root_stats: list[dict[str, Any]] = []
 
-    def plan(self, env: Any, state: State) -> Any:
+    def plan(self, env: PlanningEnv, state: State) -> Any:
         """The action to apply ``dt`` times from ``state``: root 0 of :meth:`plan_many`.
 
         ``env`` is any env made by :func:`plan_parallel.make`; its current state is
@@ -324,7 +325,7 @@ class SearchPlanner(ABC):
         self.last_stats = self.root_stats[0]
         return action
 
-    def plan_many(self, env: Any, states: Sequence[State], roots: Sequence[int] | None = None) -> list[Any]:
+    def plan_many(self, env: PlanningEnv, states: Sequence[State], roots: Sequence[int] | None = None) -> list[Any]:
         """One action per state, from independent searches advanced together.
 
         Each round of the searches is one ``step_batch`` and/or one rollout call over

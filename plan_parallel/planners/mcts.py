@@ -21,6 +21,7 @@ from gymnasium import spaces
 
 from plan_parallel.planners.base import Meter, check_float, check_int, discounted_returns
 from plan_parallel.planners.driver import Lane, Request, Search, SearchPlanner
+from plan_parallel.results import PlanningEnv
 from plan_parallel.state import State
 
 __all__ = ["MCTS"]
@@ -109,7 +110,7 @@ class MCTS(SearchPlanner):
         """No tree to reuse yet."""
         return _Tree()
 
-    def searcher(self, env: Any) -> Callable[[Lane[Any], State], Search]:
+    def searcher(self, env: PlanningEnv) -> Callable[[Lane[Any], State], Search]:
         """The search of one root on ``env``: ``budget`` simulations, then the most visited root action.
 
         Raises:

@@ -21,6 +21,7 @@ from gymnasium import spaces
 
 from plan_parallel.planners.base import Meter, check_float, check_int, discounted_returns
 from plan_parallel.planners.driver import Lane, Request, Search, SearchPlanner
+from plan_parallel.results import PlanningEnv
 from plan_parallel.state import State
 
 __all__ = ["RandomShooting"]
@@ -87,7 +88,7 @@ class RandomShooting(SearchPlanner):
         """No warm start yet."""
         return _Warm()
 
-    def searcher(self, env: Any) -> Callable[[Lane[Any], State], Search]:
+    def searcher(self, env: PlanningEnv) -> Callable[[Lane[Any], State], Search]:
         """The search of one root on ``env``: the first action of the best sampled sequence.
 
         Returns an ``int`` for ``Discrete`` spaces, an array of the space's dtype for ``Box``.
