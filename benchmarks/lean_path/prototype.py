@@ -48,6 +48,8 @@ from typing import Any
 
 import numpy as np
 
+from plan_parallel.state.families.classic import RESTORED_ZERO
+
 ENV_ID = "CartPole-v1"
 OP_STEP, OP_CLOSE, OP_NOP, OP_KEPT = 1, 2, 3, 4
 REQ = struct.Struct("<qiii")  # call id, op, lo, n
@@ -57,19 +59,7 @@ SLICE = 0.1  # a blocked wait wakes this often (Ctrl-C, deadline)
 _yield = os.sched_yield
 
 
-class RestoredZero(int):
-    """steps_beyond_terminated == 0 restored without CartPole's 'already terminated' warning (as plan_parallel)."""
-
-    def __eq__(self, other: object) -> bool:
-        return False
-
-    def __ne__(self, other: object) -> bool:
-        return True
-
-    __hash__ = int.__hash__
-
-
-RZ = RestoredZero(0)
+RZ = RESTORED_ZERO  # steps_beyond_terminated == 0 restored as plan_parallel's classic family does
 
 
 # ----------------------------------------------------------------------------- the segment
