@@ -168,31 +168,24 @@ class Meter:
         self.transitions += int(out.n_steps.sum())
         return out
 
-    def submit(self, env: Any, kind: str, states: Sequence[State], actions: np.ndarray, dt: int) -> Any:
-        """Send a ``"step"`` or ``"rollout"`` call without waiting (the env's ``*_async`` method, which a
+    def submit_rollout(self, env: Any, states: Sequence[State], actions: np.ndarray, dt: int) -> Any:
+        """Send a rollout call without waiting (the env's ``rollout_batch_async``, which a
         :class:`~plan_parallel.batch.batch_env.BatchEnv` has and :class:`PlanningEnv` does not promise); its future.
 
-        The seconds spent sending count as env seconds; :meth:`gather` counts the wait.
+        The seconds spent sending count as env seconds; :meth:`gather_rollout` counts the wait.
         """
         t0 = time.perf_counter()
-        if kind == "rollout":
-            future = env.rollout_batch_async(states, actions, dt)
-        else:
-            future = env.step_batch_async(actions, states=states, dt=dt)
+        future = env.rollout_batch_async(states, actions, dt)
         self.env_seconds += time.perf_counter() - t0
         self.calls += 1
         return future
 
-    def gather(self, future: Any, kind: str) -> Any:
-        """Wait for a call of :meth:`submit`: a ``StepBatch``, or :class:`Rollouts` for a rollout."""
+    def gather_rollout(self, future: Any) -> Rollouts:
+        """Wait for a call of :meth:`submit_rollout`: its :class:`Rollouts`."""
         t0 = time.perf_counter()
-        out = future.result()
+        out = _rollouts(future.result())
         self.env_seconds += time.perf_counter() - t0
-        if kind == "rollout":
-            out = _rollouts(out)
-            self.transitions += int(out.n_steps.sum())
-        else:
-            self.transitions += sum(info["n_steps"] for info in out.infos)
+        self.transitions += int(out.n_steps.sum())
         return out
 
     def snapshot(self) -> tuple[int, int, float]:

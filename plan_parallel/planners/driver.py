@@ -120,7 +120,7 @@ class _Call(NamedTuple):
 def drive(env: PlanningEnv, meter: Meter, searches: Sequence[Search], dt: int, groups: int = 1) -> tuple[list[Any], list[int]]:
     """Run ``searches`` to their decisions, each round one env call per kind of request over all of them.
 
-    ``groups > 1`` (and an env with ``step_batch_async`` and ``rollout_batch_async``):
+    ``groups > 1`` (and an env with ``rollout_batch_async``):
     the searches are cut into that many groups of consecutive searches, each with its
     own rounds; a group's rollout calls are sent without waiting (its step calls are
     waited for, so the env may run them in this process), so while the workers run one
@@ -133,7 +133,7 @@ def drive(env: PlanningEnv, meter: Meter, searches: Sequence[Search], dt: int, g
     decisions: list[Any] = [None] * len(searches)
     transitions = [0] * len(searches)
     pending: dict[int, Request] = {}
-    overlap = groups > 1 and hasattr(env, "step_batch_async") and hasattr(env, "rollout_batch_async")
+    overlap = groups > 1 and hasattr(env, "rollout_batch_async")
     size = -(-len(searches) // groups) if overlap else len(searches)
     members = [range(g, min(g + size, len(searches))) for g in range(0, len(searches), size)]
     phases = [0] * len(members)
@@ -147,9 +147,8 @@ def drive(env: PlanningEnv, meter: Meter, searches: Sequence[Search], dt: int, g
 
     def answer(call: _Call) -> None:
         out = call.out
-        if call.sent:
-            out = meter.gather(out, call.kind)
-            out = _steps(out) if call.kind == "step" else out
+        if call.sent:  # (only rollouts are sent without waiting)
+            out = meter.gather_rollout(out)
         start = 0
         for i in call.ids:
             request = pending[i]
@@ -173,7 +172,7 @@ def drive(env: PlanningEnv, meter: Meter, searches: Sequence[Search], dt: int, g
             states = [s for i in full for s in pending[i].states]
             actions = np.concatenate([pending[i].actions for i in full])
             if overlap and kind == "rollout":
-                return _Call(g, kind, ids, meter.submit(env, kind, states, actions, dt), True)
+                return _Call(g, kind, ids, meter.submit_rollout(env, states, actions, dt), True)
             if kind == "rollout":
                 return _Call(g, kind, ids, meter.rollout(env, states, actions, dt), False)
             return _Call(g, kind, ids, _steps(meter.step_batch(env, actions, states, dt)), False)
