@@ -115,7 +115,9 @@ def make_vec(
     The full description is :class:`plan_parallel.vector.PlanVectorEnv`'s.
 
     Raises:
-        ValueError, TypeError: bad arguments. StateError: the env's state cannot be captured.
+        ValueError, TypeError: bad arguments.
+        StateError: the env's state cannot be captured.
+        RuntimeError: the ``env_fns`` sub-envs' spaces do not agree (gymnasium's message).
     """
     from plan_parallel.vector import make_vec as vector_make_vec  # loads the vector env when first asked for
 

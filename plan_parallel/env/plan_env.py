@@ -119,7 +119,8 @@ class PlanEnv:
             becomes current. ``info["n_steps"]`` is the number of env steps taken.
 
         Raises:
-            ValueError/TypeError: bad action or dt. StateError: bad state or no current state.
+            ValueError/TypeError: bad action or dt.
+            StateError: bad state or no current state.
         """
         engine = self._engine
         engine.check_open()

@@ -214,7 +214,8 @@ def check_int(name: str, value: Any, low: int) -> int:
     """``value`` as an int >= ``low``.
 
     Raises:
-        TypeError: not an integer. ValueError: below ``low``.
+        TypeError: not an integer.
+        ValueError: below ``low``.
     """
     if not isinstance(value, (numbers.Integral, np.integer)) or isinstance(value, (bool, np.bool_)):
         raise TypeError(f"{name} must be an integer >= {low}, got {type(value).__name__}: {value!r:.100}")
@@ -227,7 +228,8 @@ def check_float(name: str, value: Any, low: float, high: float, *, low_open: boo
     """``value`` as a finite float in ``[low, high]`` (``(low, high]`` when ``low_open``).
 
     Raises:
-        TypeError: not a real number. ValueError: outside the interval.
+        TypeError: not a real number.
+        ValueError: outside the interval.
     """
     if not isinstance(value, numbers.Real) or isinstance(value, (bool, np.bool_)):
         raise TypeError(f"{name} must be a number, got {type(value).__name__}: {value!r:.100}")

@@ -341,7 +341,10 @@ class SearchPlanner(ABC):
         Raises:
             TypeError: ``states`` not a non-empty sequence of State; an action space the planner does not handle.
             ValueError: empty ``states``; ``roots`` of another length, negative or repeated.
-            Whatever the env raises; the memory of these roots is then dropped (their RNGs go on).
+            WorkerTimeoutError/WorkerCrashedError/ClosedError: from a :class:`~plan_parallel.BatchEnv`'s
+                calls; the memory of these roots is then dropped (their RNGs go on).
+            Exception: whatever the env's own step raises, with its own type; the memory of these roots
+                is then dropped too.
         """
         ks = check_roots(states, roots)
         search = self.searcher(env)

@@ -99,7 +99,10 @@ def run_episode(
     Raises:
         TypeError: ``planner`` does not have the Planner interface.
         ValueError: ``max_steps`` is not None or an int >= 1.
-        Whatever the env raises; the episode so far is lost, the envs stay usable.
+        WorkerTimeoutError/WorkerCrashedError/ClosedError: from a :class:`~plan_parallel.BatchEnv`'s calls
+            (see :meth:`~plan_parallel.BatchEnv.step_batch`); the episode so far is lost.
+        Exception: whatever the env's own reset or step, or ``callback``, raises, with its own type; the
+            episode so far is lost, the envs stay usable.
     """
     if not isinstance(planner, Planner):
         raise TypeError(f"planner must have plan(env, state), reset(seed), dt, meter and last_stats, got {planner!r:.100}")
@@ -188,7 +191,10 @@ def run_episodes(
     Raises:
         TypeError: ``planner`` lacks ``plan_many`` (together) or the Planner interface; ``seeds`` not ints.
         ValueError: ``seeds`` empty, negative or repeated; ``max_steps`` not None or an int >= 1.
-        Whatever the env raises; the episodes so far are lost, the envs stay usable.
+        WorkerTimeoutError/WorkerCrashedError/ClosedError: from a :class:`~plan_parallel.BatchEnv`'s calls
+            (see :meth:`~plan_parallel.BatchEnv.step_batch`); the episodes so far are lost.
+        Exception: whatever the env's own reset or step, or ``callback``, raises, with its own type; the
+            episodes so far are lost, the envs stay usable.
     """
     seeds = _check_seeds(seeds)
     if not together:

@@ -113,7 +113,8 @@ class VectorAttrs:
         state stays as it was (use :meth:`set_attr` or :meth:`set_states`).
 
         Raises:
-            AttributeError: no such attribute. The method's own exception.
+            AttributeError: no such attribute.
+            Exception: whatever the method raises, with its own type.
         """
         out = []
         for i in self._attr_ids(indices):

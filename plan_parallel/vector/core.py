@@ -89,14 +89,21 @@ class VectorCore(VectorAttrs, VectorEnv):  # type: ignore[misc]  # np_random(_se
             recover: replace a worker that dies and replay its items (the step gives
                 the same result); False: a death raises :class:`~plan_parallel.WorkerCrashedError`.
             copy: return a fresh observation array every call (as SyncVectorEnv's ``copy``).
-            timeout, context, adapter, small_batch_inline, address, worker_options, pin_workers, execution:
-                options of :func:`plan_parallel.make`, with the same defaults.
+            timeout: as :func:`plan_parallel.make`.
+            context: as :func:`plan_parallel.make`.
+            adapter: as :func:`plan_parallel.make`.
+            small_batch_inline: as :func:`plan_parallel.make`.
+            address: as :func:`plan_parallel.make`.
+            worker_options: as :func:`plan_parallel.make`.
+            pin_workers: as :func:`plan_parallel.make` (the same default).
+            execution: as :func:`plan_parallel.make` (the same default).
             max_restarts: dead workers replaced over the env's life (default 3 with
                 ``recover``; 0 or None without).
             **env_kwargs: passed to ``gymnasium.make`` (or to the callable).
 
         Raises:
-            ValueError/TypeError: bad arguments. StateError: the env's state cannot be captured.
+            ValueError/TypeError: bad arguments.
+            StateError: the env's state cannot be captured.
             RuntimeError: the ``env_fns`` sub-envs' spaces do not agree (gymnasium's message).
         """
         super().__init__()
@@ -337,7 +344,8 @@ class VectorCore(VectorAttrs, VectorEnv):  # type: ignore[misc]  # np_random(_se
 
         Raises:
             TypeError/ValueError: bad seed, options or reset_mask (before anything runs).
-            ClosedError. The env's own exception from its reset (no sub-env changed).
+            ClosedError: the env was closed.
+            Exception: whatever a sub-env's own reset raises, with its own type (no sub-env changed).
         """
         self._check_open()
         seeds = check_reset_seeds(seed, self.num_envs)
@@ -364,7 +372,8 @@ class VectorCore(VectorAttrs, VectorEnv):  # type: ignore[misc]  # np_random(_se
         """The current state of each sub-env in ``indices`` (None: all), usable by the planning API.
 
         Raises:
-            StateError: a sub-env was never reset. TypeError/ValueError: bad indices.
+            StateError: a sub-env was never reset.
+            TypeError/ValueError: bad indices.
         """
         self._check_open()
         ids = check_indices(indices, self.num_envs)

@@ -78,10 +78,11 @@ def check_env_fns(env_fns: Any, num_envs: int | None, observation_mode: str = "s
     """The callables, which sub-envs share an env, and the batched space; each callable is run once (and closed).
 
     Raises:
-        TypeError: not a non-empty list of callables. ValueError: ``num_envs`` given and not ``len(env_fns)``.
+        TypeError: not a non-empty list of callables.
+        ValueError: ``num_envs`` given and not ``len(env_fns)``.
         RuntimeError: the sub-envs' spaces do not agree (gymnasium's message, see the module docstring).
         ValueError/TypeError: (``"different"``) gymnasium's ``batch_differing_spaces`` cannot batch them.
-        The callable's own error.
+        Exception: whatever a callable raises, with its own type.
     """
     if not is_env_fns(env_fns) or not env_fns or not all(callable(f) for f in env_fns):
         raise TypeError(f"env_fns must be a non-empty list of callables returning gymnasium envs, got {env_fns!r:.200}")

@@ -245,7 +245,9 @@ class RecipeGroups:
         from_fns: the sources are ``env_fns`` (a group's fresh env fits only its base sub-env).
 
     Raises:
-        as :func:`plan_parallel.make`: building the first groups' envs failed (nothing is left open).
+        ValueError/TypeError/StateError: as :func:`plan_parallel.make` (nothing is left open).
+        WorkerCrashedError/WorkerTimeoutError: a worker did not build its env (nothing is left open).
+        Exception: whatever building the env raises, with its own type (nothing is left open).
     """
 
     def __init__(self, sources: Sequence[str | Callable[..., Any]], bases: Sequence[int], env_kwargs: dict[str, Any],
@@ -323,7 +325,9 @@ class RecipeGroups:
         """``states[j]`` checked as a state of sub-env ``ids[j]``'s env (its group's kind).
 
         Raises:
-            TypeError: not a sequence. ValueError: not one state per id. StateError: a state of another env.
+            TypeError: not a sequence.
+            ValueError: not one state per id.
+            StateError: a state of another env.
         """
         if len(self.groups) == 1:
             return check_states(states, self.groups[0].local.kind, len(ids), None)
@@ -360,7 +364,7 @@ class RecipeGroups:
         Raises:
             ValueError: the new recipe's env has other spaces than the sub-env's.
             StateError: the new recipe's env cannot restore the sub-env's state.
-            The env's own error, building the new recipe's env.
+            Exception: whatever building the new recipe's env raises, with its own type.
         """
         before = list(self.groups)
         placed: dict[int, Group] = {}

@@ -43,7 +43,8 @@ def check_indices(indices: Any, n: int) -> np.ndarray:
     """Sub-env ids: None (all n), an int, or a sequence of unique ints in [0, n); as int64.
 
     Raises:
-        TypeError: not ints. ValueError: out of range or repeated.
+        TypeError: not ints.
+        ValueError: out of range or repeated.
     """
     if indices is None:
         return np.arange(n)
@@ -72,8 +73,8 @@ def check_vector_actions(single: spaces.Space, actions: Any, k: int, batched: di
         batched: a cache of ``batch_space(single, k)`` by k.
 
     Raises:
-        TypeError: wrong dtype, or a scalar where a batch is due (as gymnasium's
-        ``iterate``). ValueError: not k actions, or an action outside the space.
+        TypeError: wrong dtype, or a scalar where a batch is due (as gymnasium's ``iterate``).
+        ValueError: not k actions, or an action outside the space.
     """
     if is_array_space(single):
         if np.ndim(actions) == 0:
@@ -120,7 +121,8 @@ def check_plan_options(recover: Any, max_restarts: Any, **options: Any) -> dict[
     ``recover`` (a bool) sets ``max_restarts``: 3 by default with it, 0 without.
 
     Raises:
-        TypeError: ``recover`` is not a bool. ValueError: ``max_restarts`` contradicts ``recover``.
+        TypeError: ``recover`` is not a bool.
+        ValueError: ``max_restarts`` contradicts ``recover``.
     """
     if not isinstance(recover, bool):
         raise TypeError(f"recover must be a bool, got {recover!r}")
@@ -137,7 +139,8 @@ def check_reset_seeds(seed: Any, n: int) -> list[int | None]:
     """A vector reset's seed as one seed per sub-env: None, an int (``seed + i``) or a list of n ints/None.
 
     Raises:
-        TypeError: not ints >= 0. ValueError: a list whose length is not n.
+        TypeError: not ints >= 0.
+        ValueError: a list whose length is not n.
     """
     if seed is None:
         return [None] * n

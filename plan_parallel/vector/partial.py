@@ -63,7 +63,9 @@ class PartialGather:
             ValueError/TypeError: bad ids (out of range, repeated, already sent and
                 not received), not k actions of the action space, a DISABLED-mode
                 sub-env that ended (before anything is sent).
-            AlreadyPendingCallError: a step_async is pending. StateError: not reset yet.
+            AlreadyPendingCallError: a step_async is pending.
+            StateError: not reset yet.
+            ClosedError: the env was closed.
         """
         self._check_open()
         if self.async_state is AsyncState.WAITING_STEP:
@@ -125,11 +127,15 @@ class PartialGather:
         Sub-envs that finished beyond ``wait_num`` stay queued for the next ``recv``.
 
         Raises:
-            NoAsyncCallError: nothing was sent. ValueError: ``wait_num`` not in [1, outstanding].
-            TimeoutError: fewer than ``wait_num`` finished within ``timeout``
+            NoAsyncCallError: nothing was sent.
+            ValueError: ``wait_num`` not in [1, outstanding].
+            ClosedError: the env was closed.
+            WaitTimeoutError: (a ``TimeoutError``) fewer than ``wait_num`` finished within ``timeout``
                 (nothing is lost: the ready ones stay queued, the rest keep running).
-            WorkerTimeoutError, WorkerCrashedError or the env's own exception: the
-                failed part's sub-envs are dropped unchanged (send them again).
+            WorkerTimeoutError/WorkerCrashedError: a part's worker hung or died; the failed part's
+                sub-envs are dropped unchanged (send them again).
+            Exception: whatever a sub-env's own step raises, with its own type; the failed part's
+                sub-envs are dropped unchanged (send them again).
         """
         self._check_open()
         outstanding = len(self._ready) + int(self._in_flight.sum())

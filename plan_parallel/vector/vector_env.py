@@ -165,7 +165,9 @@ class PlanVectorEnv(PartialGather, VectorCore):  # type: ignore[misc]  # np_rand
         Raises:
             ValueError/TypeError: not N actions of the action space; in DISABLED
                 mode, a sub-env that ended and was not reset (before anything is sent).
-            AlreadyPendingCallError: a step or a send is pending. StateError: not reset yet.
+            AlreadyPendingCallError: a step or a send is pending.
+            StateError: not reset yet.
+            ClosedError: the env was closed.
         """
         self._send_step(self._checked_step(actions, "step_async"), False)
 
@@ -224,11 +226,15 @@ class PlanVectorEnv(PartialGather, VectorCore):  # type: ignore[misc]  # np_rand
 
         Raises:
             NoAsyncCallError: no step is pending.
-            TimeoutError: not done within ``timeout``; the step stays pending (call
-                ``step_wait`` again, or ``reset`` to drop it).
-            WorkerTimeoutError: a worker exceeded the env's ``timeout`` (it was
-                replaced); WorkerCrashedError; or the env's own exception. In these
-                cases the step is dropped and no sub-env changed: step again.
+            ClosedError: the env was closed.
+            WaitTimeoutError: (a ``TimeoutError``) not done within ``timeout``; the step stays pending
+                (call ``step_wait`` again, or ``reset`` to drop it).
+            WorkerTimeoutError: a worker exceeded the env's ``timeout`` (it was replaced); the step
+                is dropped and no sub-env changed: step again.
+            WorkerCrashedError: a worker died and could not be replaced (or ``recover=False``); the
+                step is dropped and no sub-env changed.
+            Exception: whatever a sub-env's own step raises, with its own type; the step is dropped
+                and no sub-env changed: step again.
         """
         self._check_open()
         step = self._pending
@@ -309,7 +315,13 @@ class PlanVectorEnv(PartialGather, VectorCore):  # type: ignore[misc]  # np_rand
         process may share with the workers (see :mod:`plan_parallel.batch.placement`).
 
         Raises:
-            As :meth:`step_async` and :meth:`step_wait`. On an error no sub-env changed.
+            ValueError/TypeError: not N actions of the action space; in DISABLED mode, a sub-env
+                that ended and was not reset (before anything runs).
+            AlreadyPendingCallError: a step or a send is pending.
+            StateError: not reset yet.
+            ClosedError: the env was closed.
+            WorkerTimeoutError/WorkerCrashedError: as :meth:`step_wait`; no sub-env changed.
+            Exception: whatever a sub-env's own step raises, with its own type; no sub-env changed.
         """
         before = self._pending  # a step_async's: _checked_step refuses to start another
         try:
