@@ -12,9 +12,10 @@ figures it bounds:
   contestant timed in alternation with the others, so each row has its own
   ceiling (the crew's items/s over the raw loop's) and the CPU an item costs
   when every core is busy;
-- :func:`pipe_round_trip`: the floor under a worker call's round trip;
-- :func:`cold_work`: what a small piece of work costs right after a pause of this process (the caches
-  it needs are lost to whatever ran meanwhile: each side of a worker call runs after such a pause).
+- :func:`pipe_round_trip`: the floor under a worker call's round trip.
+
+(What a small call costs right after a pause of this process, a developers' measurement, is
+``benchmarks/cold_caches.py`` in the repository.)
 """
 from __future__ import annotations
 
@@ -28,7 +29,7 @@ from typing import Any
 
 from plan_parallel.cli.bench.common import make_workload, raw_loop
 
-__all__ = ["COLD_GAPS", "RawCrew", "cold_work", "parallel_ceiling", "pipe_round_trip"]
+__all__ = ["RawCrew", "parallel_ceiling", "pipe_round_trip"]
 
 
 def _context() -> Any:
@@ -100,40 +101,6 @@ def pipe_round_trip(calls: int = 2000) -> float:
             child.kill()
             child.join()
         here.close()
-
-
-COLD_GAPS = (0.0, 3e-4, 3e-3)  # seconds of other work before each timed call (cold_work)
-
-
-def cold_work(gaps: tuple[float, ...] = COLD_GAPS, calls: int = 300) -> list[float]:
-    """Median seconds of an inline ``step_batch`` of 2 CartPole items run right after each gap of ``gaps``
-    seconds in which this process spun on the clock (touching nothing of the call's code and data).
-
-    Gap 0 is the call back to back with itself. On this shared 2-core VM the same call took 38 us back to
-    back, 73 us after 0.3 ms and 258 us after 3 ms in one run, 25, 29 and 76 us in another (spinning or
-    sleeping alike): the call's code and data leave the caches while other tenants' work runs, more or less
-    of it by the minute. A worker call runs that way on both sides: the worker slept until the call came,
-    and the caller's reply path waited for the worker.
-    """
-    import plan_parallel as pp
-
-    env = pp.make("CartPole-v1", backend="inline")
-    try:
-        states, actions = make_workload(env, 2)
-        out = []
-        for gap in gaps:
-            times = []
-            for _ in range(calls):
-                end = time.perf_counter() + gap
-                while time.perf_counter() < end:
-                    pass
-                t0 = time.perf_counter()
-                env.step_batch(actions, states, 1)
-                times.append(time.perf_counter() - t0)
-            out.append(statistics.median(times))
-        return out
-    finally:
-        env.close()
 
 
 _RAW: dict[str, Any] = {}  # in a pool process of this module: its raw loop

@@ -7,7 +7,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from plan_parallel.cli.bench.ceiling import COLD_GAPS, RawCrew, cold_work, parallel_ceiling, pipe_round_trip
+from plan_parallel.cli.bench.ceiling import RawCrew, parallel_ceiling, pipe_round_trip
 from plan_parallel.cli.bench.common import make_workload, raw_loop
 from plan_parallel.cli.bench.timing import Timing, calls_lasting, measure, process_cpu_seconds
 
@@ -166,9 +166,5 @@ def bench_process(repeats: int, quick: bool, workers: int,
                     e.close()
     lines.append("round trip of a call with 2 tiny items, always on workers (median; CPU per call, caller/workers): "
                  + "; ".join(fixed) + f"; a bare pipe round trip between two Python processes: {pipe_round_trip() * 1e6:.0f} us")
-    cold = cold_work()
-    lines.append("the same work after a pause (the caches forget it): an inline step_batch of 2 CartPole items takes "
-                 + ", ".join(f"{t * 1e6:.0f} us " + (f"after {g * 1e3:g} ms of other work" if g else "back to back")
-                             for g, t in zip(COLD_GAPS, cold)))
     lines.append(f"parallel ceiling at the end: {parallel_ceiling(workers):.2f}x")
     return lines
