@@ -1,5 +1,5 @@
-"""Every Python block of the README and of the docs site's pages (``docs/``) runs as written when pasted into a
-script (a new user's first hour).
+"""Every Python block of the README, of PyPI's page (``PYPI.md``) and of the docs site's pages (``docs/``) runs as
+written when pasted into a script (a new user's first hour).
 
 Blocks that start with ``# needs a Ray cluster`` are only compiled.
 """
@@ -14,7 +14,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
-PAGES = [README, *sorted((ROOT / "docs").rglob("*.md"))]
+PYPI = ROOT / "PYPI.md"
+PAGES = [README, PYPI, *sorted((ROOT / "docs").rglob("*.md"))]
 BLOCKS = [(page, code) for page in PAGES for code in re.findall(r"```python\n(.*?)```", page.read_text(), re.S)]
 CLUSTER = "# needs a Ray cluster"
 
@@ -74,3 +75,19 @@ def test_the_readmes_links_reach_a_file_and_its_heading() -> None:
             if anchor not in [re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-") for h in headings]:
                 bad.append(target)
     assert not bad, f"README links to no such file or heading: {bad}"
+
+
+def test_pypis_page_links_to_nothing_relative_and_shows_the_readmes_first_example() -> None:
+    """PyPI renders the long description with no repository around it, so a relative link (README's ``docs/...``)
+    would be broken there: the long description is ``PYPI.md``, whose links are absolute, and whose example is
+    the README's first, word for word."""
+    import configparser
+
+    cfg = configparser.ConfigParser()
+    cfg.read(ROOT / "setup.cfg")
+    assert cfg["metadata"]["long_description"] == "file: PYPI.md"
+    text = PYPI.read_text()
+    links = re.findall(r"\]\(([^)\s]+)\)", text) + re.findall(r"(?:href|src)=[\"']([^\"']+)", text)
+    assert links and all(t.startswith("https://") for t in links), links
+    (example,) = re.findall(r"```python\n(.*?)```", text, re.S)
+    assert example == re.findall(r"```python\n(.*?)```", README.read_text(), re.S)[0]

@@ -19,7 +19,7 @@ import pytest
 import plan_parallel
 
 ROOT = Path(__file__).resolve().parents[1]
-SOURCES = ["setup.cfg", "pyproject.toml", "README.md", "CHANGELOG.md", "MANIFEST.in", "LICENSE"]
+SOURCES = ["setup.cfg", "pyproject.toml", "README.md", "PYPI.md", "CHANGELOG.md", "MANIFEST.in", "LICENSE"]
 
 
 def test_the_version_is_written_once() -> None:
@@ -53,7 +53,9 @@ def test_the_built_wheel_installs_in_a_fresh_venv_and_runs_the_main_job(tmp_path
     assert "plan_parallel/py.typed" in names and "plan_parallel/__init__.py" in names
     assert {n.split("/")[0] for n in names} == {"plan_parallel", f"plan_parallel-{version}.dist-info"}, names
     sdist = [n.split("/", 1)[-1] for n in tarfile.open(dist / f"plan_parallel-{version}.tar.gz").getnames()]
-    assert "plan_parallel/py.typed" in sdist and "CHANGELOG.md" in sdist and "LICENSE" in sdist
+    assert "plan_parallel/py.typed" in sdist and "CHANGELOG.md" in sdist and "LICENSE" in sdist and "PYPI.md" in sdist
+    metadata = zipfile.ZipFile(wheel).read(f"plan_parallel-{version}.dist-info/METADATA").decode()
+    assert "pip install \"plan_parallel[envs]\"" in metadata and "](docs/" not in metadata  # PyPI's page: PYPI.md
     assert f"plan_parallel-{version}.dist-info/licenses/LICENSE" in names  # the MIT text setup.cfg declares
     assert not [n for n in sdist if n.split("/")[0] in ("tests", "docs", "notebooks", "benchmarks")]
 
