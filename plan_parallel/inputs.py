@@ -19,6 +19,7 @@ from plan_parallel.errors import StateError
 from plan_parallel.state import State
 from plan_parallel.state.identity import kind_mismatch
 from plan_parallel.state.own_rng import SEEDS_REFUSED
+from plan_parallel.state.state_batch import StateColumns
 from plan_parallel.state.state_value import validate_each
 
 __all__ = ["MAX_DT", "RolloutRequest", "check_dt", "check_horizon", "check_kind", "check_policy", "check_rollout",
@@ -191,6 +192,9 @@ def check_states(states: Any, kind: str, n: int | None, validate: Any, checker: 
         )
     if n is not None and len(states) != n:
         raise ValueError(f"expected {n} states (one per action), got {len(states)}")
+    columns = getattr(states, "columns", None)  # a StateBatch whose states are columns: all of one kind
+    if validate is None and type(columns) is StateColumns and columns.kind == kind:
+        return states
     # The full check (kind and a cheap look at the simulator state) where the adapter is
     # at hand; the kind alone in a process without the env (its workers check the rest).
     if validate is None:
@@ -231,7 +235,13 @@ def check_rollout(
         space: the env's action space.
         kind: the env's state kind.
         validate: the env adapter's ``validate``, or None where no adapter is at hand.
-        states, actions, dt, horizon, policy, seeds, return_all: as given by the caller.
+        states: as given by the caller.
+        actions: as given by the caller.
+        dt: as given by the caller.
+        horizon: as given by the caller.
+        policy: as given by the caller.
+        seeds: as given by the caller.
+        return_all: as given by the caller.
         current: the env's current state, used when ``states`` is None (a policy
             needs its observation); the caller has checked that it exists.
         reseedable: whether the env's RNG can be reseeded (for ``seeds``).

@@ -57,6 +57,18 @@ def cartpole_pair() -> Iterator[tuple[pp.PlanEnv, Any]]:
     inline.close()
 
 
+@pytest.fixture(scope="module")
+def cartpole_general_pair() -> Iterator[tuple[pp.PlanEnv, Any]]:
+    """As :func:`cartpole_pair`, with the lane off: for tests of the general path's own mechanisms (states
+    named by key, held states), which the lane does not use."""
+    policy = pp.ExecutionPolicy(n_workers=2, placement="workers", lane=False)
+    inline = pp.make("CartPole-v1", backend="inline")
+    process = pp.make("CartPole-v1", backend="process", execution=policy)
+    yield inline, process
+    process.close()
+    inline.close()
+
+
 @pytest.fixture(scope="session")
 def fresh_process() -> Iterator[ProcessPoolExecutor]:
     """An executor whose every task runs in a new spawned process (one task per child).

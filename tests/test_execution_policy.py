@@ -73,10 +73,10 @@ def test_the_repr_says_what_the_policy_does() -> None:
     assert repr(pp.ExecutionPolicy()) == (
         "ExecutionPolicy(n_workers=the CPUs this process may use; placement='rule': here when the workers would "
         "save a batch under 1 ms (its env time by their step time, x (1 - 1/W)), else on the workers; up to 3 "
-        "chunks a worker; host settings: none)")
-    assert repr(pp.ExecutionPolicy(n_workers=4, placement="workers", pin_workers=True)) == (
+        "chunks a worker; lane; host settings: none)")
+    assert repr(pp.ExecutionPolicy(n_workers=4, placement="workers", pin_workers=True, lane=False)) == (
         "ExecutionPolicy(n_workers=4; placement='workers': every batch on the workers; up to 3 chunks a worker; "
-        "host settings: pin_workers)")
+        "no lane; host settings: pin_workers)")
 
 
 def test_the_rule_is_a_function_of_the_workers_reported_step_time() -> None:

@@ -120,8 +120,8 @@ def _start(inline: Any, n: int) -> tuple[list, np.ndarray]:
     return states, rng.integers(0, 2, n)
 
 
-def test_states_sent_again_travel_as_keys_and_results_equal_inline(cartpole_pair: tuple[Any, Any]) -> None:
-    inline, process = cartpole_pair
+def test_states_sent_again_travel_as_keys_and_results_equal_inline(cartpole_general_pair: tuple[Any, Any]) -> None:
+    inline, process = cartpole_general_pair
     states, actions = _start(inline, 40)
     by_key = process.stats["states_by_key"]
     for _ in range(4):
@@ -133,8 +133,8 @@ def test_states_sent_again_travel_as_keys_and_results_equal_inline(cartpole_pair
     assert process.stats["states_by_key"] > by_key + 40, "the states sent before travelled as keys"
 
 
-def test_a_rollout_from_states_sent_before_equals_inline(cartpole_pair: tuple[Any, Any]) -> None:
-    inline, process = cartpole_pair
+def test_a_rollout_from_states_sent_before_equals_inline(cartpole_general_pair: tuple[Any, Any]) -> None:
+    inline, process = cartpole_general_pair
     states, _ = _start(inline, 12)
     seqs = np.random.default_rng(1).integers(0, 2, (12, 5))
     for _ in range(2):  # kept the second time

@@ -23,10 +23,12 @@ from plan_parallel.action_inputs import check_action
 from plan_parallel.batch.engine import STEP_OP, BatchEngine, wait_or_cancel
 from plan_parallel.batch.future import BatchFuture
 from plan_parallel.batch.jobs import rollout_job, step_job
+from plan_parallel.batch.lane import Lane
 from plan_parallel.batch.parts import dumps
 from plan_parallel.batch.placement import Decision, Placement
 from plan_parallel.batch.policy import ExecutionPolicy
 from plan_parallel.batch.pool import WorkerPool
+from plan_parallel.batch.sync_calls import call_all, call_one
 from plan_parallel.batch.tuner import Tuner
 from plan_parallel.env.loops import UniformPolicy
 from plan_parallel.env.plan_env import PlanEnv
@@ -72,7 +74,8 @@ class BatchEnv:
         adapter: an Adapter class overriding the registered one.
         small_batch_inline: False: every batch on the workers (a shorthand of the policy's
             ``placement="workers"``). Turn it off when env code may crash or hang the calling process.
-        address, worker_options: Ray's cluster address and actor options (see :func:`plan_parallel.make`).
+        address: Ray's cluster address (see :func:`plan_parallel.make`).
+        worker_options: Ray's actor options (see :func:`plan_parallel.make`).
         pin_workers: keep each process worker on a core of its own (a shorthand of the policy's).
         execution: where and how fast batches run (:class:`~plan_parallel.batch.policy.ExecutionPolicy`;
             default: its defaults, which change nothing outside the library). The one in force, with the
@@ -80,7 +83,10 @@ class BatchEnv:
         tuner: decides where batches run and their chunks (default: the execution policy's; for tests).
 
     Raises:
-        StateError: no adapter captures the env; the env's own error if building it fails.
+        StateError: no adapter captures the env.
+        WorkerCrashedError: a worker died while building its env.
+        WorkerTimeoutError: a worker did not build its env in time.
+        Exception: whatever building the env raises, with its own type.
     """
 
     def __init__(
@@ -125,7 +131,7 @@ class BatchEnv:
         self._workers_here = chosen.workers_here
         self._pool = WorkerPool(chosen.new_worker, chosen.worker_type, n, timeout, max_restarts)
         self._pool.stats.update({"items": 0, "batches": 0, "inline_batches": 0, "shared_batches": 0, "shared_items": 0,
-                           "ipc_seconds": 0.0, "lent_batches": 0})
+                           "ipc_seconds": 0.0, "lent_batches": 0, "lane_batches": 0})
         self._placement = Placement(
             self._pool, tuner or Tuner(n, TUNER_MODES[policy.placement], chunk_seconds=chosen.worker_type.chunk_seconds,
                                        workers_here=chosen.workers_here, here_below=policy.here_below,
@@ -144,6 +150,8 @@ class BatchEnv:
         self._spec = info.spec
         self._pool.feeder.observation_space = info.observation_space
         self._placement.observation_space = info.observation_space
+        if policy.lane:
+            self._placement.lane = Lane(self._pool, info, self._pool.feeder.trust)
 
     # ------------------------------------------------------------------ properties
     @property
@@ -242,7 +250,8 @@ class BatchEnv:
         :meth:`PlanEnv.reset` does.
 
         Raises:
-            TypeError: bad seed or options. The env's own error if its reset raises.
+            TypeError: bad seed or options.
+            Exception: whatever the env's own reset raises, with its own type.
         """
         self._check_open()
         seed = check_seed(seed)
@@ -250,7 +259,7 @@ class BatchEnv:
             raise TypeError(f"options must be a dict or None, got {type(options).__name__}")
         # Without a seed, the current state goes with the call (a replacement of worker 0 replays it too).
         current = dumps(self._state) if seed is None and self._state is not None else None
-        state, obs, info = self._pool.call(0, Op.RESET, (seed, options, current))
+        state, obs, info = call_one(self._pool, 0, Op.RESET, (seed, options, current))
         self._pool.slots[0].held = state
         self._set_current(state)
         return state, writable_observation(obs), info
@@ -274,7 +283,7 @@ class BatchEnv:
         """
         self._check_open()
         check_kind(state, self.kind)
-        self._pool.broadcast(Op.SET_STATE, dumps(state), state)
+        call_all(self._pool, Op.SET_STATE, dumps(state), state)
         self._set_current(state)
 
     def get_state(self) -> State:
@@ -313,8 +322,10 @@ class BatchEnv:
         for ``seeds``). The current state is left as it was.
 
         Raises:
-            ValueError/TypeError: bad input (before anything is sent). StateError.
-            The env's own exception (remote traceback as ``__cause__``; the env stays usable).
+            ValueError/TypeError: bad input (before anything is sent).
+            StateError: a state of another env, or no current state.
+            Exception: whatever the env's own step raises, with its own type (remote traceback as
+                ``__cause__``; the env stays usable).
             WorkerTimeoutError: a worker exceeded ``timeout`` (it was replaced).
             WorkerCrashedError: workers died more than ``max_restarts`` times.
         """

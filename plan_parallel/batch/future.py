@@ -139,7 +139,10 @@ class BatchFuture:
         Raises:
             TimeoutError: not ready within ``timeout`` (the batch stays in flight;
                 call ``result`` again later: results are never mixed up).
-            WorkerTimeoutError, WorkerCrashedError, ClosedError, or the env's own exception.
+            WorkerTimeoutError: a worker exceeded ``timeout`` (it was replaced).
+            WorkerCrashedError: workers died more than ``max_restarts`` times.
+            ClosedError: the env was closed.
+            Exception: whatever the env's own step raises, with its own type.
             KeyboardInterrupt: while waiting; the workers that were running
                 anything are replaced and the batch is sent again, so a later
                 ``result`` still returns this batch's own result.

@@ -17,6 +17,7 @@ from plan_parallel.env.loops import UniformPolicy
 from plan_parallel.inputs import check_dt, check_rollout, check_seeds, check_states
 from plan_parallel.state import State
 from plan_parallel.state.sim_blobs import sim_blobs
+from plan_parallel.state.state_batch import StateBatch
 from plan_parallel.wire.codec import Job
 from plan_parallel.wire.messages import RolloutSpec
 
@@ -48,7 +49,9 @@ def step_job(space: spaces.Space, kind: str, reseedable: bool, current: Callable
     else:
         n = len(states) if hasattr(states, "__len__") else -1
         actions = check_actions(space, actions, n if n >= 0 else None)
-        states = list(check_states(states, kind, len(actions), None))
+        states = check_states(states, kind, len(actions), None)
+        if not isinstance(states, StateBatch):  # (a StateBatch is a value already: the caller cannot change it)
+            states = list(states)
     dt = check_dt(dt, n)
     seeds = check_seeds(seeds, n, reseedable)
     return Job(n, _owned_actions(actions), states, _owned(dt), _owned(seeds), start)

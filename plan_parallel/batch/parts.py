@@ -75,6 +75,7 @@ class Slot:
     table: Table | None = None  # the states it holds for the chunks (wire.held); None: it holds none
     started_at: float = 0.0
     build_seconds: float = 0.0  # how long this slot's last worker took to build its env (0: none has yet)
+    lane_due: tuple[int, int, int] | None = None  # a lane header it has not answered: (call id, lo, n) (batch.lane)
 
     @property
     def worker(self) -> Worker:
@@ -192,4 +193,5 @@ class Slot:
     def retire(self) -> None:
         """The worker is gone: forget its queue (the caller has queued those parts elsewhere first)."""
         self.queue.clear()
+        self.lane_due = None
         self.state = SlotState.DEAD

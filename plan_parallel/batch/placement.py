@@ -27,6 +27,7 @@ from collections.abc import Callable
 from typing import Any
 
 from plan_parallel.batch.future import BatchFuture
+from plan_parallel.batch.lane import Lane
 from plan_parallel.batch.pool import WorkerPool
 from plan_parallel.batch.tuner import MIN_CHUNK_SECONDS, Tuner
 from plan_parallel.env.plan_env import PlanEnv, engine_of
@@ -85,6 +86,7 @@ class Placement:
         self.observation_space: Any = None
         self._new_local = new_local
         self._local: PlanEnv | None = None
+        self.lane: Lane | None = None  # step calls of fixed-layout states (batch.lane), once the workers report
 
     def local(self) -> PlanEnv:
         """The env in this process (built on first use).
@@ -94,9 +96,13 @@ class Placement:
         with self.lock:
             if self._local is None:
                 self._local = self._new_local()
+                if self.lane is not None:  # its states restore the workers' envs (one factory)
+                    self.lane.local_token = engine_of(self._local).adapter.checker
             return self._local
 
     def close(self) -> None:
+        if self.lane is not None:
+            self.lane.close()
         if self._local is not None:
             self._local.close()
 
@@ -128,6 +134,14 @@ class Placement:
         if place == "here":
             value = self.run_here_timed(decided, steps, job.n, lambda local: self.run_here(local, job), started)
             return BatchFuture.completed(job.n, value)
+        if place == "workers" and waited_in_full and self.lane is not None and self.lane.takes(job):
+            t0 = time.perf_counter() if started is None else started
+            value = self.lane.run(job)
+            if value is not None:
+                if timed_as:
+                    self.tuner.learn(size_class, place, (time.perf_counter() - t0) / max(1, steps), timed_as)
+                self.tuner.learn_step(self.lane.last_step_seconds)
+                return BatchFuture.completed(job.n, value)
         if place == "share":
             self.local()  # built before the clock starts: its cost is not a step's
         fut = BatchFuture(self.pool, job.n, job, job.gatherer(self.observation_space))

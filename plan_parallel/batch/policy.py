@@ -64,6 +64,10 @@ class ExecutionPolicy:
         max_chunks_per_worker: a batch on the workers is split in one chunk a worker, or up to this many when
             each still holds 10 ms of env time (250 ms on Ray) and writing them all costs this process under
             5 % of a worker's part: more chunks balance a worker slowed by its neighbours. 1: one chunk each.
+        lane: (process) a ``step_batch`` its caller waits for, of states with a fixed row (classic control
+            whose step draws nothing: :meth:`~plan_parallel.state.Adapter.row_extra`), one int ``dt`` and no
+            seeds, runs through one shared segment without the general path's chunks
+            (:mod:`plan_parallel.batch.lane`; the same results). False: every batch takes the general path.
 
     Raises:
         ValueError, TypeError: an option out of range or of the wrong type (named in the message).
@@ -76,6 +80,7 @@ class ExecutionPolicy:
     batch_scheduling: bool = False
     move_caller: bool = False
     max_chunks_per_worker: int = MAX_CHUNKS_PER_WORKER
+    lane: bool = True
 
     def __post_init__(self) -> None:
         n = self.n_workers
@@ -89,7 +94,7 @@ class ExecutionPolicy:
         chunks = self.max_chunks_per_worker
         if not isinstance(chunks, int) or isinstance(chunks, bool) or chunks < 1:
             raise ValueError(f"max_chunks_per_worker must be an integer >= 1, got {chunks!r}")
-        for name in ("pin_workers", "batch_scheduling", "move_caller"):
+        for name in ("pin_workers", "batch_scheduling", "move_caller", "lane"):
             _check_bool(name, getattr(self, name))
         if self.move_caller and not self.pin_workers:
             raise ValueError("move_caller moves the calling thread off pinned workers' cores: it needs "
@@ -161,4 +166,5 @@ class ExecutionPolicy:
         }[self.placement]
         host = [name for name in ("pin_workers", "batch_scheduling", "move_caller") if getattr(self, name)]
         return (f"ExecutionPolicy(n_workers={n}; placement={self.placement!r}: {where}; up to "
-                f"{self.max_chunks_per_worker} chunks a worker; host settings: {', '.join(host) if host else 'none'})")
+                f"{self.max_chunks_per_worker} chunks a worker; {'' if self.lane else 'no '}lane; host settings: "
+                f"{', '.join(host) if host else 'none'})")

@@ -39,10 +39,9 @@ from plan_parallel.batch.future import BatchFuture
 from plan_parallel.batch.parts import Part, Slot, SlotState
 from plan_parallel.errors import ClosedError, WorkerCrashedError, WorkerTimeoutError, failed_item
 from plan_parallel.interrupts import ctrl_c_deferred
-from plan_parallel.state import State
 from plan_parallel.wire.held import Table
 from plan_parallel.wire.leases import LeasePool
-from plan_parallel.wire.messages import READY, Call, Op, Reply, WorkerInfo, reraise
+from plan_parallel.wire.messages import READY, Op, Reply, WorkerInfo, reraise
 from plan_parallel.wire.slabs import SlabPool
 from plan_parallel.workers.base import Worker
 from plan_parallel.workers.cores import restore_cores
@@ -67,19 +66,19 @@ class WorkerPool:
     def __init__(self, new_worker: Callable[[int], Worker], worker_type: type[Worker], n: int, timeout: float | None,
                  max_restarts: int) -> None:
         self._new_worker = new_worker
-        self._type = worker_type
+        self.worker_type = worker_type
         self.timeout = timeout
         self.max_restarts = max_restarts
         self.slots = [Slot() for _ in range(n)]
         self.lock = threading.RLock()
-        self._wake_r, self._wake_w = os.pipe()
-        self._closing = False
+        self.wake_fd, self._wake_w = os.pipe()
+        self.closing = False
         self.closed = False
         self._suspect = False  # an exception left the pool mid-operation: recover before going on
         self._broken: str | None = None
         self._requeue: list[tuple[int, Part]] = []
         self._step_seconds: float | None = None  # a worker's env seconds per step (EMA), to know when replies are due
-        self._next_id: Callable[[], int] = itertools.count(READY + 1).__next__  # call ids, after READY's
+        self.next_id: Callable[[], int] = itertools.count(READY + 1).__next__  # call ids, after READY's
         self._owner = os.getpid()  # a copy in a child forked by os.fork owns neither the workers nor the slabs
         self.info: WorkerInfo | None = None
         self.stats: dict[str, Any] = {
@@ -98,7 +97,7 @@ class WorkerPool:
             WorkerTimeoutError: a worker did not build its env within ``parts.START_TIMEOUT``.
             Exception: whatever building the env raised in a worker (its own type).
         """
-        with self._guarded():
+        with self.guarded():
             for i in range(len(self.slots)):
                 self._start_slot(i)
             while any(s.state is SlotState.STARTING for s in self.slots):
@@ -109,7 +108,7 @@ class WorkerPool:
     def _start_slot(self, i: int) -> None:
         slot = self.slots[i]
         with ctrl_c_deferred():  # a worker half-started is neither in its slot nor stopped
-            slot.held, slot.table = None, Table() if self._type.keeps_states else None
+            slot.held, slot.table = None, Table() if self.worker_type.keeps_states else None
             slot.current = self._new_worker(i)
             slot.started_at = time.monotonic()
             slot.state = SlotState.STARTING
@@ -129,7 +128,7 @@ class WorkerPool:
 
     # ------------------------------------------------------------------ guard and recovery
     @contextlib.contextmanager
-    def _guarded(self, victim: BatchFuture | None = None) -> Iterator[None]:
+    def guarded(self, victim: BatchFuture | None = None) -> Iterator[None]:
         """Run a pool operation; on any exception, cancel ``victim`` and recover before re-raising."""
         with self.lock:
             if self._suspect:
@@ -150,7 +149,7 @@ class WorkerPool:
         next operation recovers again.
         """
         for i, slot in enumerate(self.slots):
-            if slot.active:
+            if slot.active or slot.lane_due is not None:  # (a lane call's worker may still read its rows)
                 self._retire(i, kill=True)
                 self.stats["interrupted"] += 1
         restore_cores()  # this thread's, if a wait cut short had narrowed them (workers.cores.move_off)
@@ -158,7 +157,7 @@ class WorkerPool:
 
     def cancel(self, fut: BatchFuture) -> None:
         """Drop a batch: its unsent chunks, and the workers running its parts (replaced lazily)."""
-        with self._guarded():
+        with self.guarded():
             fut.cancelled = True
             fut.pending.clear()
             for i, slot in enumerate(self.slots):
@@ -186,41 +185,38 @@ class WorkerPool:
     # ------------------------------------------------------------------ sending
     def _fill(self) -> None:
         if self._broken is None:
-            self.feeder.fill(self.slots, self._next_id)
-
-    def call(self, i: int, op: Op, args: tuple, holds: State | None = None) -> Any:
-        """One synchronous call on worker ``i`` (replayed on a replacement like any part)."""
-        fut = BatchFuture(self, 0)
-        with self._guarded(fut):
-            self._check_usable()
-            self.slots[i].send(Part(Call(self._next_id(), op, args), fut, holds=holds))
-        self.wait_for(fut, None)
-        return fut.result()
-
-    def broadcast(self, op: Op, blob: bytes, holds: State) -> None:
-        """The call ``op(blob)`` on every worker (``blob`` pickled once, or put in Ray's store once); waits for all."""
-        fut = BatchFuture(self, 0)
-        shared, args = self._type.broadcast_args(blob)
-        with self._guarded(fut):
-            self._check_usable()
-            for i in range(len(self.slots)):
-                self.slots[i].send(Part(Call(self._next_id(), op, args), fut, holds=holds, shared=shared))
-        self.wait_for(fut, None)
-        fut.result()
+            self.feeder.fill(self.slots, self.next_id)
 
     def submit(self, fut: BatchFuture, n_chunks: int) -> None:
         """Send a batch's chunks: two queued per worker, the rest as workers finish."""
-        with self._guarded(fut):
-            self._check_usable()
+        with self.guarded(fut):
+            self.check_usable()
             if not self.feeder.add(fut, n_chunks):  # an empty batch: nothing to send
                 fut.complete()
                 return
             for i, slot in enumerate(self.slots):  # an idle worker's death is seen here, or never waited on
                 how = slot.worker.dead() if slot.state is SlotState.READY and not slot.queue else None
                 if how is not None:
-                    self._on_death(i, f"died with {how}")
+                    self.on_death(i, f"died with {how}")
             self._revive()
             self._fill()
+
+    def ready_idle(self) -> list[int]:
+        """The workers a lane call (:mod:`plan_parallel.batch.lane`) may have: the ready ones, when no worker owes
+        anything and nothing waits to be sent or recovered (else none). Under :attr:`lock`, after
+        :meth:`poll_nowait` (which starts replacements and reads their READY replies)."""
+        if (self._suspect or self._requeue or self._broken is not None or self.closing
+                or any(f.pending and not f.settled for f in self.feeder.waiting)
+                or any(s.queue or s.lane_due for s in self.slots)):
+            return []
+        return [i for i, s in enumerate(self.slots) if s.state is SlotState.READY]
+
+    def wait_started(self, i: int) -> None:
+        """Wait until worker ``i`` (a replacement) has built its env, handling what else arrives meanwhile."""
+        while self.slots[i].state is SlotState.STARTING:
+            self.check_usable()  # (closed meanwhile: the pump fails what waits and returns at once)
+            self._pump(1.0)
+        self.check_usable()
 
     # ------------------------------------------------------------------ waiting
     def wait_for(self, fut: BatchFuture, timeout: float | None) -> None:
@@ -239,7 +235,7 @@ class WorkerPool:
             try:
                 fut.progress()  # an interruption may have come between its last answer and its settling
                 if not fut.settled:
-                    with self._guarded():
+                    with self.guarded():
                         self._pump(left)
             finally:
                 self.lock.release()
@@ -248,14 +244,14 @@ class WorkerPool:
         """Handle what has arrived, without waiting (and without waiting for the lock)."""
         if self.lock.acquire(blocking=False):
             try:
-                with self._guarded():
+                with self.guarded():
                     self._pump(0.0)
             finally:
                 self.lock.release()
 
     def _pump(self, timeout: float | None) -> None:
         """Wait up to ``timeout`` for replies, deaths or a close, and handle what arrived."""
-        if self._closing:
+        if self.closing:
             self._fail_all(ClosedError("the env was closed while this batch was in flight"))
             return
         if self._broken is not None:  # an interruption cut _break short: finish failing what waits
@@ -271,8 +267,8 @@ class WorkerPool:
         for due in (self.slots[i].due(self.timeout) for i in active):
             if due is not None:
                 wait = max(0.0, due - now) if wait is None else max(0.0, min(wait, due - now))
-        ready = self._type.wait_any([self.slots[i].worker for i in active], wait, self._wake_r, self._due_in(active, now))
-        if self._closing:
+        ready = self.worker_type.wait_any([self.slots[i].worker for i in active], wait, self.wake_fd, self._due_in(active, now))
+        if self.closing:
             self._fail_all(ClosedError("the env was closed while this batch was in flight"))
             return
         for k in ready:
@@ -308,10 +304,10 @@ class WorkerPool:
             if len(slot.queue) < QUEUED_PER_WORKER and self._broken is None:
                 fut = self.feeder.next_batch(i, slot)
                 if fut is not None:
-                    self.feeder.feed(slot, fut, self._next_id)
+                    self.feeder.feed(slot, fut, self.next_id)
         how = slot.worker.dead()
         if how is not None and slot.state in (SlotState.READY, SlotState.STARTING):
-            self._on_death(i, f"died with {how}")
+            self.on_death(i, f"died with {how}")
 
     def _deliver(self, i: int, part: Part, reply: Reply) -> None:
         fut = part.future
@@ -353,9 +349,9 @@ class WorkerPool:
                 head.future.fail(WorkerTimeoutError(
                     f"{slot.worker.name} did not finish {head.describe()} within "
                     f"{self.timeout} s; it was killed and replaced"))
-                self._on_death(i, f"timed out after {self.timeout} s")
+                self.on_death(i, f"timed out after {self.timeout} s")
 
-    def _on_death(self, i: int, why: str) -> None:
+    def on_death(self, i: int, why: str) -> None:
         """Worker ``i`` is gone: queue its parts again and replace it (bounded by max_restarts)."""
         slot = self.slots[i]
         doing = ", ".join(p.describe() for p in slot.queue)
@@ -375,7 +371,7 @@ class WorkerPool:
     def _revive(self) -> None:
         """Start a worker in every dead slot, and send again the parts they had not answered."""
         for i, slot in enumerate(self.slots):
-            if slot.state is SlotState.DEAD and self._broken is None and not self._closing:
+            if slot.state is SlotState.DEAD and self._broken is None and not self.closing:
                 if slot.current is not None:
                     slot.worker.close(0.0)
                 self._start_slot(i)
@@ -387,7 +383,7 @@ class WorkerPool:
                 self.feeder.drop_slab(part)
             else:
                 if part.needs is not None:
-                    self.slots[i].ensure_holds(part.needs, part.future, self._next_id())
+                    self.slots[i].ensure_holds(part.needs, part.future, self.next_id())
                 self.slots[i].send(part)
             self._requeue.pop(0)
 
@@ -410,8 +406,8 @@ class WorkerPool:
                 p.future.fail(err)
         self.feeder.fail_all(err)
 
-    def _check_usable(self) -> None:
-        if self._closing or self.closed:
+    def check_usable(self) -> None:
+        if self.closing or self.closed:
             raise ClosedError("this env was closed; create a new one with plan_parallel.make")
         if self._broken is not None:
             raise WorkerCrashedError(self._broken)
@@ -427,7 +423,7 @@ class WorkerPool:
         if os.getpid() != self._owner:  # a forked copy (at its exit): nothing here is its own to stop or free
             self.closed = True
             return
-        self._closing = True
+        self.closing = True
         with contextlib.suppress(OSError):  # a full pipe wakes the waiter all the same
             os.write(self._wake_w, b"x")
         got = self.lock.acquire(timeout=CLOSE_LOCK_SECONDS)
@@ -442,7 +438,7 @@ class WorkerPool:
             self.feeder.close()
             if not self.closed:
                 self.closed = True
-                os.close(self._wake_r)
+                os.close(self.wake_fd)
                 os.close(self._wake_w)
         finally:
             if got:

@@ -124,6 +124,13 @@ class Adapter:
         """Why ``sim`` cannot belong to this env (None if it looks right). Cheap."""
         return None
 
+    def row_extra(self) -> str | None:
+        """Hook: ``"none"`` or ``"count"`` when this env's states fit a fixed row (the lane of
+        :mod:`plan_parallel.wire.lane`): a float64 simulator array, an ``extra`` that is None (``"none"``) or
+        None or a plain int >= 0 (``"count"``), and a step that draws nothing from the RNG; None (the default)
+        when they do not."""
+        return None
+
     def check_extra(self, extra: Any) -> str | None:
         """Why ``extra`` cannot belong to this env (None if it looks right). Cheap.
 

@@ -14,15 +14,32 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any, overload
+from typing import Any, NamedTuple, overload
 
 import numpy as np
 
 from plan_parallel.state.state_value import State
 
-__all__ = ["StateBatch"]
+__all__ = ["StateBatch", "StateColumns"]
 
 Part = tuple[int, int, "Sequence[State] | Callable[[int], State]"]
+
+
+class StateColumns(NamedTuple):
+    """The fields of a batch's N states as columns, when every state has a fixed row (the lane's:
+    :mod:`plan_parallel.wire.lane`), so that a call given the batch back reads them without making a state.
+
+    ``sims`` (N x k float64, read-only), ``extras`` (N int64: the lane's encoding of ``extra``), ``wrappers``
+    (N x m int64), ``rngs`` (N RNG values), all of one ``kind``; ``token``: the check they pass
+    (:func:`~plan_parallel.state.state_value.validate_each`).
+    """
+
+    kind: str
+    sims: np.ndarray
+    extras: np.ndarray
+    wrappers: np.ndarray
+    rngs: list
+    token: Any
 
 
 class StateBatch(Sequence[State]):
@@ -34,15 +51,19 @@ class StateBatch(Sequence[State]):
             sequence of the part's states or ``make(k)``, the state of item ``lo + k``.
         observations: the batch's observations (an array of N rows): a state made
             here gets its row as its ``obs``. None: ``make`` gives the observation.
+        columns: the states' fields as columns (:class:`StateColumns`), when the parts' states are made of them.
 
     It compares equal to any sequence of equal states in the same order (a list
     included), pickles as its states, and is safe to read from several threads
     (two threads asking for one state at once may each make it: equal objects).
     """
 
-    __slots__ = ("_made", "_n", "_observations", "_parts", "_starts", "_whole")
+    __slots__ = ("_made", "_n", "_observations", "_parts", "_starts", "_whole", "columns")
 
-    def __init__(self, n: int, parts: Sequence[Part], observations: np.ndarray | None = None) -> None:
+    def __init__(self, n: int, parts: Sequence[Part], observations: np.ndarray | None = None,
+                 columns: StateColumns | None = None) -> None:
+        #: The states' fields as columns (None: not known as columns).
+        self.columns = columns
         self._n = n
         self._parts = list(parts)
         self._starts = [lo for lo, _, _ in self._parts]

@@ -88,7 +88,7 @@ class Job:
 
     n: int
     actions: Any
-    states: list[State] | None
+    states: Sequence[State] | None  # a list, or a StateBatch (a value already)
     dt: int | np.ndarray
     seeds: np.ndarray | None
     start: State | None = None
@@ -107,7 +107,7 @@ class Job:
     def steps_per_item(self) -> int:
         return 1 if self.rollout is None else self.rollout.horizon
 
-    def states_of(self, lo: int, hi: int) -> list[State]:
+    def states_of(self, lo: int, hi: int) -> Sequence[State]:
         """The start states of items lo..hi (``start`` for each when the job has no states)."""
         if self.states is None:
             assert self.start is not None, "a job without states starts every item from its start"

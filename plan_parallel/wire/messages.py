@@ -79,6 +79,7 @@ class WorkerInfo:
     reseedable: bool
     pid: int
     spec: Any  # the env's EnvSpec, or None when it does not pickle (a wrapper holding a lambda)
+    row_extra: str | None = None  # its states fit the lane's rows (Adapter.row_extra)
 
 
 @dataclass(frozen=True)

@@ -29,6 +29,8 @@ class Worker(Protocol):
     uses_shared_memory: bool
     #: Whether the worker keeps the states chunks bring, for later chunks to name by key (wire.held).
     keeps_states: bool
+    #: Whether the worker serves the lane's headers (:mod:`plan_parallel.wire.lane`; it reads shared memory).
+    takes_lane: bool
     #: Bytes that may wait unread for a busy worker without a write blocking (None: no limit).
     max_queued_bytes: int | None
 
@@ -56,6 +58,10 @@ class Worker(Protocol):
         Raises:
             OSError: the worker is gone (the pool then sees it dead).
         """
+
+    def receive(self) -> bytes | None:
+        """The next message as the worker wrote it (a lane reply), waiting for it; None once the worker is
+        gone. Only for a worker that ``takes_lane``."""
 
     def poll(self) -> list[Reply]:
         """The replies ready now, in arrival order; never blocks. A worker found gone is marked dead."""

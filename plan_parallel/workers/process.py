@@ -30,6 +30,7 @@ from collections.abc import Iterator, Sequence
 from multiprocessing.connection import Connection
 from typing import Any
 
+from plan_parallel.wire.lane import TAG
 from plan_parallel.wire.messages import Call, Op, Reply, call_from_wire, call_wire, reply_from_wire, reply_wire
 from plan_parallel.wire.slabs import PROTOCOL
 from plan_parallel.workers.cores import move_off, restore_cores, run_on
@@ -149,6 +150,7 @@ class ExternalProcess:
 
     uses_shared_memory = True
     keeps_states = True
+    takes_lane = True
     bootstrap_hint = (
         ". If a traceback above comes from multiprocessing's bootstrap, the worker could not import what the "
         "env needs: define the env and its factory in an importable module, or pass context='fork'"
@@ -202,6 +204,17 @@ class ExternalProcess:
     def send(self, data: bytes, shared: tuple = ()) -> None:
         assert not shared, "a process worker reads shared values from the message itself"
         self.conn.send_bytes(data)
+
+    def receive(self) -> bytes | None:
+        """The next message as it came (a lane reply, :mod:`plan_parallel.wire.lane`); None once the pipe closed.
+        For a caller that knows one is there."""
+        if self._gone:
+            return None
+        try:
+            return self.conn.recv_bytes()
+        except (EOFError, OSError):
+            self._gone = True
+            return None
 
     def poll(self) -> list[Reply]:
         out: list[Reply] = []
@@ -407,12 +420,16 @@ def worker_main(conn: Connection, blob: bytes, parent_pid: int, tie: bool, core:
                 while not poller.poll(1000):
                     if not _parent_alive(parent_pid, first_ppid):
                         return
-                call = call_from_wire(pickle.loads(conn.recv_bytes()))
+                data = conn.recv_bytes()
+                call = None if data[:1] == TAG else call_from_wire(pickle.loads(data))
             except (EOFError, OSError):
                 return  # the parent closed the pipe or died
-            if call.op is Op.CLOSE:
+            if call is None:
+                data = server.lane.serve(data)  # a lane header (wire.lane): rows of the lane's segment
+            elif call.op is Op.CLOSE:
                 return
-            data = serve(server, call)
+            else:
+                data = serve(server, call)
             try:
                 conn.send_bytes(data)
             except (EOFError, OSError):

@@ -136,6 +136,7 @@ class RayWorker:
 
     uses_shared_memory = False
     keeps_states = False  # (an actor could; its chunks' states travel through Ray's store, not measured)
+    takes_lane = False  # (the lane's rows are shared memory on this machine)
     core: int | None = None  # Ray places its actors
     bootstrap_hint = ""
     max_queued_bytes: int | None = None
@@ -181,6 +182,9 @@ class RayWorker:
     def head(self) -> Any:
         """The ObjectRef of the oldest unanswered call (None when idle or dead)."""
         return self._refs[0] if self._refs and self._dead is None else None
+
+    def receive(self) -> bytes | None:
+        raise NotImplementedError("a Ray actor takes no lane headers (takes_lane is False)")
 
     def poll(self) -> list[Reply]:
         out: list[Reply] = []

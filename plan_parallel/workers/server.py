@@ -36,6 +36,7 @@ from plan_parallel.wire.messages import (
 )
 from plan_parallel.wire.slabs import PROTOCOL, ArrayWriter, Slab, read_columns, write_rows
 from plan_parallel.workers.kept_envs import KeptEnvs
+from plan_parallel.workers.lane_rows import LaneRows
 
 __all__ = ["MAX_ATTACHED", "MAX_ATTACHED_BYTES", "MIN_MESSAGE_ROW_BYTES", "Server", "answer", "build_server", "ready_reply",
            "serve"]
@@ -58,6 +59,7 @@ class Server:
         self.env = env
         self.engine = engine_of(env)  # the checked work a worker runs on its env
         self.kept = KeptEnvs(new_env, env) if new_env is not None else None  # envs kept for a vector env's sub-envs
+        self.lane = LaneRows(self.engine, env.kind)  # the rows of the lane's segment (wire.lane)
         self.slabs: dict[str, Slab] = {}
         self.held = HeldStates()  # the states chunks brought, for later chunks to name by key
         self._policy_blob: bytes | None = None
@@ -70,6 +72,7 @@ class Server:
         }
 
     def close(self) -> None:
+        self.lane.close()
         for s in self.slabs.values():
             s.close()
         self.slabs.clear()
@@ -246,7 +249,8 @@ def build_server(blob: bytes) -> tuple[Server, WorkerInfo]:
         pickle.dumps(spec, PROTOCOL)
     except (pickle.PicklingError, TypeError, AttributeError):
         spec = None  # e.g. a wrapper holding a lambda: the parent reads the spec from its own env
-    info = WorkerInfo(env.observation_space, env.action_space, env.kind, env.reseedable, os.getpid(), spec)
+    info = WorkerInfo(env.observation_space, env.action_space, env.kind, env.reseedable, os.getpid(), spec,
+                      engine_of(env).adapter.row_extra())
     return Server(env, lambda: PlanEnv(factory, adapter=adapter)), info
 
 

@@ -98,6 +98,14 @@ class ClassicControlAdapter(Adapter):
         self._set_extra = set_extra
         self._shape: tuple[int, ...] | None = None
 
+    def row_extra(self) -> str | None:
+        """``"count"`` for CartPole, ``"none"`` for the envs without hidden fields, when the step draws nothing
+        and the adapter is this class's own (a subclass may read or set the state its own way)."""
+        if self._draws or type(self) is not ClassicControlAdapter:
+            return None
+        names = self.EXTRA[type(self.u).__name__]
+        return "count" if names == ("steps_beyond_terminated",) else "none" if not names else None
+
     def get_sim(self) -> tuple[Any, Any]:
         s = self.u.state
         if type(s) is not np.ndarray:  # MountainCar keeps a tuple; None before the first reset

@@ -49,6 +49,11 @@ class MujocoAdapter(Adapter):
             and type(getattr(unwrapped, "data", None)).__name__ == "MjData"
         )
 
+    def row_extra(self) -> str | None:
+        """``"none"`` (its state is one float64 array, no extra) when neither the step nor a wrapper draws and the
+        adapter is this class's own."""
+        return None if self._draws or type(self) is not MujocoAdapter else "none"
+
     def get_sim(self) -> tuple[Any, Any]:
         if self.u.data is not self._data:
             self._copiers()

@@ -1,0 +1,292 @@
+"""The lane: a step call of fixed-layout states on process workers, without the general path's layers.
+
+A ``step_batch`` the caller waits for, of states the workers made or checked, whose family fits a fixed
+row (:meth:`~plan_parallel.state.Adapter.row_extra`), with one int ``dt`` and no seeds, runs here when the
+pool is idle: its inputs are written once into the columns of one shared segment
+(:mod:`plan_parallel.wire.lane`), each worker gets a header naming its rows, and the results are read
+from the output columns. No chunk, part, slab, codec, future or gather is made; the items run through
+the workers' engine, so the results equal the general path's (and the inline backend's).
+
+What the pool guarantees holds here too, under its lock and its guard:
+
+* every header carries a call id, and a reply with another id is counted as a stray and dropped;
+* a worker that dies is replaced and its header sent again (its input rows are intact: workers only
+  read them), within ``max_restarts``; one past the deadline is killed and replaced, and the call raises
+  :class:`~plan_parallel.errors.WorkerTimeoutError`;
+* an exception while headers are unanswered (Ctrl-C, a timeout, a close from another thread) leaves
+  them in their slots' ``lane_due``, and the pool's recovery kills those workers before anything else
+  is sent: no worker reads rows that a later call rewrites.
+"""
+from __future__ import annotations
+
+import dataclasses
+import pickle
+import time
+from typing import Any, NamedTuple
+
+import numpy as np
+from gymnasium import spaces
+
+from plan_parallel.batch.pool import WorkerPool
+from plan_parallel.errors import ClosedError, WorkerTimeoutError, failed_item
+from plan_parallel.interrupts import ctrl_c_deferred
+from plan_parallel.results import StepBatch
+from plan_parallel.state import State
+from plan_parallel.state.state_batch import StateBatch, StateColumns
+from plan_parallel.state.state_value import checked_by
+from plan_parallel.wire.codec import Job, split_by_cost
+from plan_parallel.wire.lane import ERROR, FULL, HEADER, INFOS, REPLY, TAG, Layout, decode_extra, encode_extra
+from plan_parallel.wire.messages import WorkerInfo, reraise
+from plan_parallel.wire.slabs import Slab
+
+__all__ = ["MAX_ROWS", "MIN_ROWS_PER_WORKER", "Lane"]
+
+MAX_ROWS = 4096  # a larger batch takes the general path (its chunks stream; the lane's rows are one segment)
+# A worker takes at least this many items of a call: a wake-up and a cold start cost about what 1-2
+# CartPole steps do, so fewer wake-ups beat more workers for tiny calls (docs/measurements.md, the lane).
+MIN_ROWS_PER_WORKER = 4
+F8 = np.dtype(np.float64)
+
+
+class Reply(NamedTuple):
+    """A worker's answer to its lane header."""
+
+    status: int  # wire.lane's OK, INFOS, FULL or ERROR
+    tail: bytes  # the pickled infos or error
+    env_seconds: float
+    worker: str  # its name, for an error's note
+
+
+class Lane:
+    """The caller's side of the lane for one pool (see the module docstring).
+
+    Args:
+        pool: the workers (process workers only: ``takes_lane``).
+        info: what the workers reported (the kind, the spaces, whether states fit a row).
+        trust: the token of the states the workers made or checked (``Feeder.trust``); the states the env in
+            this process made or checked (its adapter's ``checker``, :attr:`local_token`) are taken too.
+    """
+
+    def __init__(self, pool: WorkerPool, info: WorkerInfo, trust: Any) -> None:
+        self.pool = pool
+        self.kind = info.kind
+        self.trust = trust
+        self.local_token: Any = None  # the token of the states the env in this process checked or made
+        self.step_seconds = 0.0  # a worker's env seconds a step (an EMA of the replies; 0: none yet)
+        self.dt = 1  # the call's
+        self.last_step_seconds = 0.0  # the last call's env seconds a step, on the workers' clocks
+        self.sent_at: dict[int, float] = {}  # when each worker was sent its header (time.monotonic())
+        space = info.observation_space
+        box = isinstance(space, spaces.Box) and pool.worker_type.takes_lane and info.row_extra is not None
+        self.obs_form = (np.dtype(space.dtype).str, tuple(space.shape)) if box else None
+        self.layout: Layout | None = None
+        self.key = b""
+        self.slab: Slab | None = None
+        self.cols: dict[str, np.ndarray] = {}
+
+    def close(self) -> None:
+        """Give the segment back to the pool's slabs (they are freed when the pool closes, at exit too)."""
+        if self.slab is not None:
+            self.pool.feeder.slabs.release(self.slab)
+        self.slab, self.layout, self.cols = None, None, {}
+
+    def takes(self, job: Job) -> bool:
+        """Whether ``job`` may run in the lane (the pool's idleness is asked under its lock, in :meth:`run`)."""
+        return (self.obs_form is not None and job.rollout is None and job.states is not None and job.keys is None
+                and job.seeds is None and type(job.dt) is int and 0 < job.n <= MAX_ROWS
+                and isinstance(job.actions, np.ndarray) and not job.actions.dtype.hasobject
+                and self._trusted(job.states))
+
+    def _trusted(self, states: Any) -> bool:
+        """Whether the workers or the env in this process made or checked every one of ``states``."""
+        local, columns = self.local_token, getattr(states, "columns", None)
+        if type(columns) is StateColumns:
+            return columns.token is self.trust or (local is not None and columns.token is local)
+        return checked_by(states, self.trust) or (local is not None and checked_by(states, local))
+
+    def run(self, job: Job) -> StepBatch | None:
+        """``job``'s StepBatch, run in the lane; None when it cannot (the caller takes the general path)."""
+        pool = self.pool
+        with pool.guarded():
+            pool.check_usable()
+            pool.poll_nowait()  # (replacements started, and their READY replies read)
+            ready = pool.ready_idle()
+            if not ready:
+                return None
+            rngs = self._write_inputs(job)
+            if rngs is None:
+                return None
+            replies = self._call(job, ready)
+            if any(r.status == FULL for r in replies.values()):
+                return None  # results that do not fit the columns: the general path runs the call again
+            return self._result(job, replies, rngs)
+
+    # ------------------------------------------------------------------ inputs
+    def _ensure_layout(self, job: Job, sim: Any, wrappers: tuple) -> bool:
+        """A segment whose rows fit ``job`` (made anew when its forms change or it has too few rows)."""
+        if type(sim) is not np.ndarray or sim.dtype != F8 or sim.ndim != 1 or any(type(v) is not int for v in wrappers):
+            return False
+        assert self.obs_form is not None
+        actions = job.actions
+        lay = Layout("", 1 << max(6, (job.n - 1).bit_length()), sim.shape[0], len(wrappers),
+                     (actions.dtype.str, actions.shape[1:]), self.obs_form)
+        old = self.layout
+        if old is not None and (old.sim, old.wrappers, old.action) == (lay.sim, lay.wrappers, lay.action) \
+                and job.n <= old.capacity:
+            return True
+        self.close()  # (workers still mapping the old segment keep it until their next header names this one)
+        self.slab = self.pool.feeder.slabs.acquire(lay.offsets()[1])
+        self.layout = dataclasses.replace(lay, name=self.slab.name)
+        self.key, self.cols = self.layout.key(), self.layout.columns(self.slab.buf)
+        return True
+
+    def _write_inputs(self, job: Job) -> list[Any] | None:
+        """Write ``job``'s states and actions into the input rows; the states' RNG values, or None when a state
+        does not fit (another form of simulator value or extra, no RNG value)."""
+        states = job.states
+        assert states is not None
+        first = states[0]
+        if not self._ensure_layout(job, first.sim, first.wrappers):
+            return None
+        n, c = job.n, self.cols
+        columns = getattr(states, "columns", None)
+        if type(columns) is StateColumns and columns.kind == self.kind:  # the rows of a lane call's result
+            c["in_sim"][:n] = columns.sims
+            c["in_extra"][:n] = columns.extras
+            c["in_wrappers"][:n] = columns.wrappers
+            c["actions"][:n] = job.actions
+            return columns.rngs
+        sims = [s.sim for s in states]
+        extras = [encode_extra(s.extra) for s in states]
+        rngs = [s.rng for s in states]
+        if None in extras or any(r is None for r in rngs) or any(
+                type(x) is not np.ndarray or x.dtype != F8 for x in sims):
+            return None
+        try:
+            wrappers = np.array([s.wrappers for s in states])
+            c["in_sim"][:n] = sims
+        except ValueError:  # ragged: a state of another shape
+            return None
+        if wrappers.dtype.kind != "i" or wrappers.shape != c["in_wrappers"][:n].shape:
+            return None
+        c["in_wrappers"][:n] = wrappers
+        c["in_extra"][:n] = extras
+        c["actions"][:n] = job.actions
+        return rngs
+
+    # ------------------------------------------------------------------ the call
+    def _call(self, job: Job, ready: list[int]) -> dict[int, Reply]:
+        """Send the ``ready`` workers their rows and wait for every reply, by each one's first row."""
+        pool = self.pool
+        assert isinstance(job.dt, int)
+        chunks = split_by_cost(job.dt, job.n, max(1, min(len(ready), job.n // MIN_ROWS_PER_WORKER)))
+        self.dt = job.dt
+        due: dict[int, tuple[int, int]] = {}  # slot -> its rows (lo, hi)
+        for k, rows in zip(ready, chunks):
+            self._send(k, rows, job.dt)
+            due[k] = rows
+        replies: dict[int, Reply] = {}
+        # When the last reply is due, from the env time a step took so far: a wait that ends later blocks at once.
+        due_at = time.monotonic() + max(hi - lo for lo, hi in chunks) * job.dt * self.step_seconds
+        while due:
+            ks = list(due)
+            now = time.monotonic()
+            first = min((self.sent_at[k] + pool.timeout for k in ks), default=None) if pool.timeout else None
+            ready = pool.worker_type.wait_any([pool.slots[k].worker for k in ks],
+                                              None if first is None else max(0.0, first - now), pool.wake_fd,
+                                              due_at - now)
+            if pool.closing:
+                raise ClosedError("the env was closed while this batch was in flight")
+            for j in ready:
+                k = ks[j]
+                got = self._read(k)
+                if got is not None:
+                    replies[due.pop(k)[0]] = got
+                elif pool.slots[k].lane_due is None:  # it died: its replacement gets the same rows
+                    pool.wait_started(k)
+                    self._send(k, due[k], job.dt)
+            now = time.monotonic()
+            for k in due:
+                if pool.timeout is not None and now > self.sent_at[k] + pool.timeout:
+                    self._time_out(k, due[k])
+        return replies
+
+    def _send(self, k: int, rows: tuple[int, int], dt: int) -> None:
+        slot = self.pool.slots[k]
+        call_id = self.pool.next_id()
+        header = HEADER.pack(TAG, call_id, rows[0], rows[1] - rows[0], dt, len(self.key)) + self.key
+        self.sent_at[k] = time.monotonic()  # (its timeout counts from here: a replacement's anew)
+        with ctrl_c_deferred():  # a header written is a header due
+            slot.lane_due = (call_id, rows[0], rows[1] - rows[0])
+            try:
+                slot.worker.send(header)
+            except OSError:
+                pass  # gone: the wait sees its sentinel and sends the header to its replacement
+
+    def _read(self, k: int) -> Reply | None:
+        """Worker ``k``'s reply to its header; None when it has none (a stray was dropped, or it died)."""
+        pool, slot = self.pool, self.pool.slots[k]
+        worker = slot.worker
+        data = worker.receive()
+        if data is None:
+            how = worker.dead()
+            pool.on_death(k, f"died with {how or 'its pipe closed'}")
+            return None
+        if data[:1] != TAG or len(data) < REPLY.size:
+            pool.stats["stray_replies"] += 1
+            return None
+        _, call_id, status, env_seconds = REPLY.unpack_from(data)
+        if slot.lane_due is None or call_id != slot.lane_due[0]:
+            pool.stats["stray_replies"] += 1
+            return None
+        per_step = env_seconds / max(1, slot.lane_due[2] * self.dt)
+        self.step_seconds = per_step if self.step_seconds == 0.0 else 0.8 * self.step_seconds + 0.2 * per_step
+        slot.lane_due = None
+        pool.stats["busy_seconds"][k] += env_seconds
+        return Reply(status, bytes(data[REPLY.size:]), env_seconds, worker.name)
+
+    def _time_out(self, k: int, rows: tuple[int, int]) -> None:
+        pool, slot = self.pool, self.pool.slots[k]
+        lo, hi = rows
+        name = slot.worker.name
+        slot.worker.kill()
+        pool.stats["timeouts"] += 1
+        pool.on_death(k, f"timed out after {pool.timeout} s")
+        raise WorkerTimeoutError(f"{name} did not finish step_batch ({hi - lo} items) within {pool.timeout} s; "
+                                 "it was killed and replaced")
+
+    # ------------------------------------------------------------------ the result
+    def _result(self, job: Job, replies: dict[int, Reply], rngs: list[Any]) -> StepBatch:
+        errors = [reraise(r.tail, f"raised in {r.worker} during {job.op.value}", lo)
+                  for lo, r in replies.items() if r.status == ERROR]
+        if errors:
+            raise min(errors, key=lambda e: (failed_item(e) is None, failed_item(e) or 0))
+        n, c, kind, trust = job.n, self.cols, self.kind, self.trust
+        observations = c["obs"][:n].copy()
+        observations.flags.writeable = False
+        sims = c["out_sim"][:n].copy()
+        sims.flags.writeable = False
+        extra_col, wrappers_col = c["out_extra"][:n].copy(), c["out_wrappers"][:n].copy()
+        extras, wrappers = extra_col.tolist(), wrappers_col.tolist()
+
+        def make(k: int) -> State:
+            return State.of_frozen(kind, sims[k], decode_extra(extras[k]), rngs[k], tuple(wrappers[k]), None, trust)
+
+        steps = c["n_steps"][:n].tolist()
+        infos = [{"n_steps": k} for k in steps]
+        for lo, r in replies.items():
+            if r.status == INFOS:  # (the env's keys first, "n_steps" last, as the general path's)
+                got = pickle.loads(r.tail)
+                for info, k in zip(got, steps[lo:lo + len(got)]):
+                    info["n_steps"] = k
+                infos[lo:lo + len(got)] = got
+        stats = self.pool.stats
+        stats["batches"] += 1
+        stats["items"] += n
+        stats["lane_batches"] += 1
+        env_seconds = sum(r.env_seconds for r in replies.values())
+        stats["env_seconds"] += env_seconds
+        self.last_step_seconds = env_seconds / max(1, sum(steps))
+        columns = StateColumns(kind, sims, extra_col, wrappers_col, rngs, trust)
+        return StepBatch(StateBatch(n, [(0, n, make)], observations, columns), observations, c["rewards"][:n].copy(),
+                         c["terminations"][:n].copy(), c["truncations"][:n].copy(), infos)

@@ -1,0 +1,104 @@
+"""The lane's wire: fixed columns in one shared segment, and the headers that name rows of them.
+
+A step call of states with a fixed row layout (a family's :meth:`~plan_parallel.state.Adapter.row_extra`:
+classic control whose step draws nothing) needs no pickle: the caller writes every input once into
+columns of rows ``0..n`` (the states' simulator arrays, their ``extra`` as an integer, their wrapper
+counters, the actions), sends each worker a :data:`HEADER` naming its rows ``lo..lo+m``, and reads the
+results from the output columns of the same rows. A reply is a :data:`REPLY` header alone, unless it
+carries a pickled tail: the items' infos, the env's error, or results that do not fit the columns.
+
+Every lane message starts with :data:`TAG`; a pickle starts with ``0x80``, so a worker tells the two
+apart on the one pipe it reads in order (a ``set_state`` then a lane step run in that order).
+"""
+from __future__ import annotations
+
+import math
+import struct
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+__all__ = ["ERROR", "FULL", "HEADER", "INFOS", "OK", "REPLY", "TAG", "Layout", "decode_extra", "encode_extra"]
+
+TAG = b"L"
+HEADER = struct.Struct("<cqiiiH")  # TAG, call id, lo, n, dt, length of the layout's key that follows
+REPLY = struct.Struct("<cqBd")  # TAG, call id, status, env seconds; a pickled tail follows unless OK
+OK, INFOS, FULL, ERROR = 0, 1, 2, 3  # statuses: columns only; + infos; results pickled whole; the env's error
+NO_EXTRA = -1  # an ``extra`` of None in its column (a count of steps is never negative)
+ALIGN = 64
+
+
+def encode_extra(extra: Any) -> int | None:
+    """``extra`` as its column's integer: None, or a plain int >= 0 (CartPole's ``steps_beyond_terminated``);
+    None when it is neither (the state does not fit the lane)."""
+    if extra is None:
+        return NO_EXTRA
+    if type(extra) is int and extra >= 0:
+        return extra
+    return None
+
+
+def decode_extra(value: int) -> int | None:
+    return None if value == NO_EXTRA else value
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where each column of a lane's segment is: the segment's name and its rows, and each row's form.
+
+    Args:
+        name: the shared-memory segment.
+        capacity: rows in each column.
+        sim: float64 values of a state's simulator array.
+        wrappers: integer entries of a state's wrapper stack (a TimeLimit's elapsed steps).
+        action: the actions' dtype (``np.dtype.str``) and the shape of one action.
+        obs: the observations' dtype and the shape of one observation.
+    """
+
+    name: str
+    capacity: int
+    sim: int
+    wrappers: int
+    action: tuple[str, tuple[int, ...]]
+    obs: tuple[str, tuple[int, ...]]
+
+    def forms(self) -> list[tuple[str, str, tuple[int, ...]]]:
+        """``(column, dtype, row shape)`` for every column, in the segment's order."""
+        f8, i8 = "<f8", "<i8"
+        return [
+            ("in_sim", f8, (self.sim,)), ("in_extra", i8, ()), ("in_wrappers", i8, (self.wrappers,)),
+            ("actions", self.action[0], self.action[1]),
+            ("out_sim", f8, (self.sim,)), ("out_extra", i8, ()), ("out_wrappers", i8, (self.wrappers,)),
+            ("obs", self.obs[0], self.obs[1]), ("rewards", f8, ()), ("terminations", "|b1", ()),
+            ("truncations", "|b1", ()), ("n_steps", i8, ()),
+        ]
+
+    def offsets(self) -> tuple[dict[str, int], int]:
+        """Each column's byte offset, and the segment's size."""
+        at, pos = {}, 0
+        for column, dtype, shape in self.forms():
+            at[column] = pos
+            pos += -(-self.capacity * np.dtype(dtype).itemsize * math.prod(shape) // ALIGN) * ALIGN
+        return at, max(pos, ALIGN)
+
+    def columns(self, buf: Any) -> dict[str, np.ndarray]:
+        """Every column as an array over ``buf`` (the segment's mapping)."""
+        at, _ = self.offsets()
+        return {column: np.ndarray((self.capacity, *shape), dtype=dtype, buffer=buf, offset=at[column])
+                for column, dtype, shape in self.forms()}
+
+    def key(self) -> bytes:
+        """The layout as the bytes a header carries (a worker parses it once while it stays the same)."""
+        a, o = self.action, self.obs
+        return ";".join([self.name, str(self.capacity), str(self.sim), str(self.wrappers), a[0],
+                         ",".join(map(str, a[1])), o[0], ",".join(map(str, o[1]))]).encode("ascii")
+
+    @classmethod
+    def from_key(cls, key: bytes) -> Layout:
+        name, capacity, sim, wrappers, adtype, ashape, odtype, oshape = key.decode("ascii").split(";")
+
+        def shape(text: str) -> tuple[int, ...]:
+            return tuple(int(x) for x in text.split(",")) if text else ()
+
+        return cls(name, int(capacity), int(sim), int(wrappers), (adtype, shape(ashape)), (odtype, shape(oshape)))

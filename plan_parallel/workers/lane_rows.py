@@ -1,0 +1,102 @@
+"""A worker's side of the lane (:mod:`plan_parallel.wire.lane`): the rows a header names, run on its env.
+
+The items run through the engine's own ``run_raw``, as a chunk of the general path does, so their
+results are the inline backend's; only where the inputs come from and the results go differs.
+"""
+from __future__ import annotations
+
+import pickle
+import time
+from typing import Any
+
+import numpy as np
+
+from plan_parallel.env.engine import EnvEngine
+from plan_parallel.errors import failed_item
+from plan_parallel.state import State
+from plan_parallel.state.core import get_rng_state
+from plan_parallel.wire.lane import ERROR, FULL, HEADER, INFOS, OK, REPLY, TAG, Layout, decode_extra, encode_extra
+from plan_parallel.wire.messages import remote_error
+from plan_parallel.wire.slabs import PROTOCOL, Slab
+
+__all__ = ["LaneRows"]
+
+F8 = np.dtype(np.float64)
+
+
+class LaneRows:
+    """The lane segment this worker attached (the one the last header named) and its columns.
+
+    The items' states carry one RNG value, the env's own (read once): the lane takes only envs whose
+    step draws nothing, and the caller gives each result the RNG value of the state it started from.
+    """
+
+    def __init__(self, engine: EnvEngine, kind: str) -> None:
+        self.engine = engine
+        self.kind = kind
+        self.key = b""
+        self.slab: Slab | None = None
+        self.cols: dict[str, np.ndarray] = {}
+        self.rng: dict | None = None
+
+    def close(self) -> None:
+        if self.slab is not None:
+            self.slab.close()
+        self.slab, self.key, self.cols = None, b"", {}
+
+    def _attach(self, key: bytes) -> None:
+        if key == self.key:
+            return
+        self.close()
+        layout = Layout.from_key(key)
+        self.slab = Slab(layout.name, layout.offsets()[1], create=False)
+        self.cols = layout.columns(self.slab.buf)
+        self.key = key
+        if self.rng is None:
+            self.rng = get_rng_state(self.engine.adapter.u.np_random)
+
+    def serve(self, data: bytes) -> bytes:
+        """The reply to one lane header (env errors travel in it, as a chunk's do)."""
+        _, call_id, lo, n, dt, key_len = HEADER.unpack_from(data)
+        t0 = time.perf_counter()
+        try:
+            self._attach(bytes(data[HEADER.size:HEADER.size + key_len]))
+            status, tail = self._run(lo, lo + n, dt)
+        except Exception as e:
+            status, tail = ERROR, remote_error(e, failed_item(e))
+        return REPLY.pack(TAG, call_id, status, time.perf_counter() - t0) + tail
+
+    def _run(self, lo: int, hi: int, dt: int) -> tuple[int, bytes]:
+        c, kind, rng = self.cols, self.kind, self.rng
+        sims = c["in_sim"][lo:hi].copy()
+        states = [State.captured(kind, sim, decode_extra(extra), rng, tuple(wrappers), None, None)
+                  for sim, extra, wrappers in zip(sims, c["in_extra"][lo:hi].tolist(), c["in_wrappers"][lo:hi].tolist())]
+        out_states, obs, rewards, terms, truncs, infos = self.engine.run_raw(states, c["actions"][lo:hi].copy(), dt)
+        if not self._fits(out_states, obs):
+            return FULL, b""
+        c["out_sim"][lo:hi] = [s.sim for s in out_states]
+        c["out_extra"][lo:hi] = [encode_extra(s.extra) for s in out_states]
+        c["out_wrappers"][lo:hi] = [s.wrappers for s in out_states]
+        c["obs"][lo:hi] = obs
+        c["rewards"][lo:hi] = np.array(rewards, dtype=np.float64)
+        c["terminations"][lo:hi] = np.array(terms, dtype=bool)
+        c["truncations"][lo:hi] = np.array(truncs, dtype=bool)
+        c["n_steps"][lo:hi] = [info.pop("n_steps") for info in infos]
+        if any(infos):
+            return INFOS, pickle.dumps(infos, PROTOCOL)
+        return OK, b""
+
+    def _fits(self, states: list[State], obs: list) -> bool:
+        """Whether the results fit the columns exactly (else the caller runs the call on the general path)."""
+        c = self.cols
+        sim_shape, n_wrappers = c["out_sim"].shape[1:], c["out_wrappers"].shape[1]
+        obs_col = c["obs"]
+        for s, o in zip(states, obs):
+            sim: Any = s.sim
+            if type(sim) is not np.ndarray or sim.dtype != F8 or sim.shape != sim_shape or encode_extra(s.extra) is None:
+                return False
+            if len(s.wrappers) != n_wrappers or any(type(v) is not int for v in s.wrappers):
+                return False
+            if type(o) is not np.ndarray or o.dtype != obs_col.dtype or o.shape != obs_col.shape[1:]:
+                return False
+        return True

@@ -1,0 +1,242 @@
+"""The lane (plan_parallel.batch.lane): fixed-layout step calls through one shared segment.
+
+Its invariants are the general path's: every result equals the inline backend's (and gymnasium's own env
+where gymnasium has the call), on every worker count, with the lane on or off; a worker killed mid-call is
+replaced and its rows sent again; a timeout kills and replaces; an interruption at any line of the call,
+or a close from another thread, leaves the env usable and exact; a reply to another call is dropped.
+Every call below that could wait has a deadline.
+"""
+from __future__ import annotations
+
+import os
+import pickle
+import select
+import signal
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import cloudpickle
+import gymnasium as gym
+import numpy as np
+import pytest
+
+import plan_parallel as pp
+from plan_parallel.batch.batch_env import BatchEnv, batch_engine_of
+from plan_parallel.batch.jobs import step_job
+from plan_parallel.errors import ClosedError, WorkerTimeoutError
+from plan_parallel.factory import EnvFactory
+from plan_parallel.wire.lane import ERROR, HEADER, REPLY, TAG
+from plan_parallel.workers.server import build_server
+from tests.conftest_leaks import live_children
+from tests.deadline import call_with_deadline
+from tests.helpers import assert_batches_equal
+from tests.test_interrupts import Interrupt, InterruptAtLine
+
+LANE_ENVS = ["CartPole-v1", "Acrobot-v1", "MountainCar-v0", "HalfCheetah-v5", "Hopper-v5"]
+GENERAL_ENVS = ["Pendulum-v1", "MountainCarContinuous-v0"]  # an extra that is a float; a float32 state
+
+
+@pytest.fixture(autouse=True)
+def ctrl_c_raises() -> Iterator[None]:
+    """SIGINT raises KeyboardInterrupt here (a CI job may start the run with it ignored)."""
+    old = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, old)
+
+
+def on_workers(n: int, **kw: Any) -> pp.ExecutionPolicy:
+    return pp.ExecutionPolicy(n_workers=n, placement="workers", **kw)
+
+
+def actions_for(space: Any, n: int, rng: np.random.Generator) -> np.ndarray:
+    if isinstance(space, gym.spaces.Discrete):
+        return rng.integers(0, space.n, n)
+    return rng.uniform(space.low, space.high, (n, *space.shape)).astype(space.dtype)
+
+
+def walk(env: Any, ref: pp.PlanEnv, rng: np.random.Generator, calls: int) -> None:
+    """Random calls on ``env`` and ``ref`` from the states the last calls returned: subsets as lists, or the
+    whole batch back as it came; each result equal to the reference's."""
+    s, r = env.reset(seed=0)[0], ref.reset(seed=0)[0]
+    assert s == r
+    got_states: Any = [s] * 8
+    want_states: Any = [r] * 8
+    for _ in range(calls):
+        n = len(got_states)
+        if rng.random() < 0.5:
+            pick = rng.integers(0, n, int(rng.integers(1, 40)))
+            got_states = [got_states[k] for k in pick]
+            want_states = [want_states[k] for k in pick]
+        acts = actions_for(ref.action_space, len(got_states), rng)
+        dt = int(rng.integers(1, 5))
+        got, want = env.step_batch(acts, got_states, dt=dt), ref.step_batch(acts, want_states, dt=dt)
+        assert_batches_equal(got, want)
+        for a, b in zip(got.states, want.states):
+            assert a.diff(b) == [] and a.rng == b.rng and type(a.extra) is type(b.extra)
+        got_states, want_states = got.states, want.states
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("lane", [True, False], ids=["lane", "no-lane"])
+@pytest.mark.parametrize("n_workers", [1, 2, 3])
+@pytest.mark.parametrize("env_id", LANE_ENVS + GENERAL_ENVS)
+def test_every_call_equals_inline_with_the_lane_on_or_off(env_id: str, n_workers: int, lane: bool) -> None:
+    rng = np.random.default_rng([n_workers, lane, len(env_id)])
+    with pp.make(env_id, backend="inline") as ref, pp.make(env_id, execution=on_workers(n_workers, lane=lane)) as env:
+        walk(env, ref, rng, 25)
+        took = env.stats["lane_batches"]
+        if lane and env_id in LANE_ENVS:
+            assert took >= 20, f"the lane took {took} of {env.stats['batches']} calls"
+        else:
+            assert took == 0
+
+
+@pytest.mark.timeout(120)
+def test_a_lane_trajectory_equals_gymnasiums_own_env() -> None:
+    """CartPole stepped one item a call through the lane, from each call's state, against gymnasium's env."""
+    rng = np.random.default_rng(5)
+    gym_env = gym.make("CartPole-v1")
+    with pp.make("CartPole-v1", execution=on_workers(2)) as env:
+        state, obs, _ = env.reset(seed=11)
+        gym_obs, _ = gym_env.reset(seed=11)
+        np.testing.assert_array_equal(obs, gym_obs)
+        for t in range(200):
+            a = int(rng.integers(0, 2))
+            b = env.step_batch(np.array([a]), [state])
+            g_obs, g_rew, g_term, g_trunc, _ = gym_env.step(a)
+            np.testing.assert_array_equal(b.observations[0], g_obs)
+            assert (b.rewards[0], b.terminations[0], b.truncations[0]) == (g_rew, g_term, g_trunc), t
+            if g_term or g_trunc:
+                break
+            state = b.states[0]
+        assert env.stats["lane_batches"] >= t
+
+
+def big_call(env: Any, ref: pp.PlanEnv, n: int = 2048, dt: int = 25, s: Any = None) -> tuple[Any, Any]:
+    """A call long enough (~0.3-1 s on 2 workers) for a kill, a timeout or a close to land inside it."""
+    s = ref.reset(seed=2)[0] if s is None else s
+    acts = np.arange(n) % 2
+    return (lambda: env.step_batch(acts, [s] * n, dt=dt)), (lambda: ref.step_batch(acts, [s] * n, dt=dt))
+
+
+@pytest.mark.timeout(120)
+def test_a_worker_killed_during_a_lane_call_is_replaced_and_its_rows_sent_again() -> None:
+    with pp.make("CartPole-v1", backend="inline") as ref, pp.make("CartPole-v1", execution=on_workers(2)) as env:
+        call, want = big_call(env, ref)
+        call()  # the workers have measured a step; the states are theirs
+        lane_before = env.stats["lane_batches"]
+        victim = env.pids[0]
+        killer = threading.Timer(0.05, lambda: os.kill(victim, signal.SIGKILL))
+        killer.start()
+        got = call_with_deadline(call, 60.0, "the call a worker died in")
+        killer.join()
+        assert_batches_equal(got, want())
+        assert env.stats["restarts"] == 1 and env.pids[0] != victim
+        assert env.stats["lane_batches"] == lane_before + 1, "the call ran in the lane"
+        assert_batches_equal(call(), want())
+
+
+@pytest.mark.timeout(120)
+def test_a_lane_call_past_its_timeout_raises_and_the_env_stays_exact() -> None:
+    with pp.make("CartPole-v1", backend="inline") as ref, \
+            pp.make("CartPole-v1", execution=on_workers(2), timeout=0.05) as env:
+        s = ref.reset(seed=2)[0]
+        small = np.array([0, 1, 1])
+        for _ in range(2):  # the states are the workers' from the first: the second takes the lane
+            assert_batches_equal(env.step_batch(small, [s] * 3), ref.step_batch(small, [s] * 3))
+        assert env.stats["lane_batches"] == 1
+        call, want = big_call(env, ref, n=4096, dt=40, s=s)
+        with pytest.raises(WorkerTimeoutError, match=r"did not finish step_batch \(2048 items\)"):  # the lane's
+            call_with_deadline(call, 60.0, "a call past its timeout")
+        assert env.stats["timeouts"] == 1
+        for _ in range(2):  # the first replaces the workers the interrupted call left
+            assert_batches_equal(env.step_batch(small, [s] * 3), ref.step_batch(small, [s] * 3))
+        assert env.stats["lane_batches"] >= 2
+
+
+@pytest.mark.timeout(300)
+def test_an_interrupt_at_every_line_of_a_lane_call_leaves_the_env_exact() -> None:
+    """KeyboardInterrupt at the first event of every line of plan_parallel a lane call reaches (where SIGINT is
+    not held back), each in its own call; then two calls equal the oracle's."""
+    rng = np.random.default_rng(3)
+    with pp.make("CartPole-v1", backend="inline") as ref, \
+            pp.make("CartPole-v1", execution=on_workers(2, lane=True), max_restarts=1000) as env:
+        s = ref.reset(seed=4)[0]
+        starts = list(ref.step_batch(np.array([0, 1, 0, 1]), [s] * 4, dt=3).states) + [s]
+
+        def case() -> tuple[Any, Any]:
+            states = [starts[int(k)] for k in rng.integers(0, len(starts), int(rng.integers(4, 12)))]
+            acts, dt = rng.integers(0, 2, len(states)), int(rng.integers(1, 4))
+            return (lambda: env.step_batch(acts, states, dt=dt)), (lambda: ref.step_batch(acts, states, dt=dt))
+
+        env.step_batch(np.zeros(len(starts), dtype=np.int64), starts)  # the workers checked them: the lane takes them
+        counter = Interrupt()
+        counter.run(case()[0])
+        lines = sorted(counter.open_lines)
+        assert any(f.endswith(os.path.join("batch", "lane.py")) for f, _ in lines)
+        seen = []
+        for line in lines:
+            call, want = case()
+            lanes = env.stats["lane_batches"]
+            interrupted, got = InterruptAtLine(line).run(call)
+            if not interrupted:
+                assert_batches_equal(got, want())
+            for _ in range(2):
+                call, want = case()
+                assert_batches_equal(call_with_deadline(call, 40.0, f"a call after an interrupt at {line}"), want())
+            if interrupted:
+                seen.append(line)
+            assert env.stats["lane_batches"] > lanes, "the calls took the lane"
+        in_lane = [n for f, n in seen if f.endswith(os.path.join("batch", "lane.py"))]
+        assert len(in_lane) >= 30, f"{len(in_lane)} lines of the lane's call interrupted it"
+        assert env.stats["restarts"] == 0, "interrupts are not deaths"
+
+
+@pytest.mark.timeout(120)
+def test_close_from_another_thread_during_a_lane_call_raises_closed_error() -> None:
+    with pp.make("CartPole-v1", backend="inline") as ref:
+        env = pp.make("CartPole-v1", execution=on_workers(2))
+        call, _ = big_call(env, ref, n=4096, dt=40)
+        call()
+        pids = set(env.pids)
+        closer = threading.Timer(0.05, env.close)
+        closer.start()
+        with pytest.raises(ClosedError):
+            call_with_deadline(call, 30.0, "a call its env was closed under")
+        closer.join()
+        assert not pids & {p.pid for p in live_children()}
+
+
+@pytest.mark.timeout(120)
+def test_a_reply_to_another_call_is_dropped_and_counted() -> None:
+    with pp.make("CartPole-v1", backend="inline") as ref, pp.make("CartPole-v1", execution=on_workers(1)) as env:
+        s = ref.reset(seed=1)[0]
+        acts = np.array([1, 0, 1, 1])
+        env.step_batch(acts, [s] * 4)  # the segment exists, the states are trusted
+        engine = batch_engine_of(env)
+        lane, worker = engine.placement.lane, engine.pool.slots[0].worker
+        worker.send(HEADER.pack(TAG, 10**12, 0, 2, 1, len(lane.key)) + lane.key)  # a call no one waits for
+        replied = select.poll()
+        replied.register(worker.handles()[0], select.POLLIN)
+        assert replied.poll(10_000), "the worker answered the header"
+        assert_batches_equal(env.step_batch(acts, [s] * 4), ref.step_batch(acts, [s] * 4))
+        assert env.stats["stray_replies"] == 1
+
+
+def test_an_env_error_in_a_lane_serve_travels_with_its_item() -> None:
+    """The worker's side alone, in this process: an action CartPole's step rejects, written past the caller's
+    checks into the lane's rows, comes back as the env's AssertionError naming item 1."""
+    server, _ = build_server(cloudpickle.dumps((EnvFactory("CartPole-v1", {}), None)))
+    with BatchEnv(EnvFactory("CartPole-v1", {}), n_workers=1, execution=on_workers(1)) as env:
+        s = env.reset(seed=0)[0]
+        env.step_batch(np.zeros(2, dtype=np.int64), [s, s])
+        lane = batch_engine_of(env).placement.lane
+        job = step_job(env.action_space, env.kind, env.reseedable, lambda: s, np.array([0, 1]), [s, s], 1, None)
+        lane._write_inputs(job)
+        lane.cols["actions"][1] = 5
+        reply = server.lane.serve(HEADER.pack(TAG, 3, 0, 2, 1, len(lane.key)) + lane.key)
+        _, call_id, status, _ = REPLY.unpack_from(reply)
+        exc, _, item = pickle.loads(reply[REPLY.size:])
+        assert (call_id, status, type(exc), item) == (3, ERROR, AssertionError, 1)
+    server.close()
