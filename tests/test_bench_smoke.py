@@ -165,10 +165,12 @@ def test_the_latency_suite_compares_small_calls_with_async_vector_env() -> None:
 
     lines = bench_latency(1, True, 2)
     rows = {ln[:28].strip(): ln[28:].split() for ln in lines[2:-1]}
-    assert list(rows) == ["step_batch 2 (workers)", "make_vec x2 step (workers)", "AsyncVectorEnv x2 step",
-                          "SyncVectorEnv x2 step", "step_batch 2 (inline)"], lines
+    assert list(rows) == ["step_batch 2 (workers)", "make_vec x2 step (workers)", "step_batch 2 (no lane)",
+                          "make_vec x2 step (no lane)", "AsyncVectorEnv x2 step", "SyncVectorEnv x2 step",
+                          "step_batch 2 (inline)"], lines
     assert float(rows["AsyncVectorEnv x2 step"][3]) == 1.0, lines  # the reference's ratio to itself
     for name, (wall, caller, workers, ratio) in rows.items():
         assert float(wall) > 0 and float(caller) > 0 and float(ratio) > 0, (name, lines)
-        assert (float(workers) > 0) == ("workers" in name or "Async" in name), (name, lines)  # only those have workers
+        on_workers = "workers" in name or "lane" in name or "Async" in name
+        assert (float(workers) > 0) == on_workers, (name, lines)  # only those have workers
     assert lines[-1].startswith("a bare pipe round trip"), lines

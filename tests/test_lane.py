@@ -92,6 +92,41 @@ def test_every_call_equals_inline_with_the_lane_on_or_off(env_id: str, n_workers
             assert took == 0
 
 
+def assert_rollouts_equal(got: Any, want: Any) -> None:
+    assert list(got.states) == list(want.states)
+    for field in ("observations", "rewards", "terminations", "truncations", "n_steps"):
+        a, b = getattr(got, field), getattr(want, field)
+        assert a.dtype == b.dtype and a.shape == b.shape and np.array_equal(a, b), field
+    assert got.infos == want.infos and got.all_states is None and got.all_observations is None
+    assert not got.observations.flags.writeable
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("lane", [True, False], ids=["lane", "no-lane"])
+@pytest.mark.parametrize("n_workers", [1, 2, 3])
+@pytest.mark.parametrize("env_id", ["CartPole-v1", "HalfCheetah-v5", "Pendulum-v1"])
+def test_every_rollout_equals_inline_with_the_lane_on_or_off(env_id: str, n_workers: int, lane: bool) -> None:
+    """Rollouts of given actions (the planners' kind): from subsets of the last call's states, or from the
+    whole batch as it came; a policy's rollouts and return_all take the general path, equal all the same."""
+    rng = np.random.default_rng([n_workers, lane, len(env_id), 7])
+    with pp.make(env_id, backend="inline") as ref, pp.make(env_id, execution=on_workers(n_workers, lane=lane)) as env:
+        got_states: Any = [env.reset(seed=0)[0]] * 8
+        want_states: Any = [ref.reset(seed=0)[0]] * 8
+        for k in range(16):
+            if k % 2:
+                pick = rng.integers(0, len(got_states), int(rng.integers(1, 30)))
+                got_states, want_states = [got_states[i] for i in pick], [want_states[i] for i in pick]
+            n, horizon, dt = len(got_states), int(rng.integers(1, 12)), int(rng.integers(1, 4))
+            acts = np.stack([actions_for(ref.action_space, horizon, rng) for _ in range(n)])
+            got, want = env.rollout_batch(got_states, acts, dt=dt), ref.rollout_batch(want_states, acts, dt=dt)
+            assert_rollouts_equal(got, want)
+            got_states, want_states = got.states, want.states
+        full = env.rollout_batch(got_states, acts[:len(got_states)], dt=2, return_all=True)
+        assert list(full.states) == list(ref.rollout_batch(want_states, acts[:len(got_states)], dt=2).states)
+        took = env.stats["lane_batches"]
+        assert took >= 14 if lane and env_id != "Pendulum-v1" else took == 0, took
+
+
 @pytest.mark.timeout(120)
 def test_a_lane_trajectory_equals_gymnasiums_own_env() -> None:
     """CartPole stepped one item a call through the lane, from each call's state, against gymnasium's env."""
@@ -165,26 +200,34 @@ def test_an_interrupt_at_every_line_of_a_lane_call_leaves_the_env_exact() -> Non
         s = ref.reset(seed=4)[0]
         starts = list(ref.step_batch(np.array([0, 1, 0, 1]), [s] * 4, dt=3).states) + [s]
 
-        def case() -> tuple[Any, Any]:
+        def case() -> tuple[Any, Any, Any]:
+            """A call, the oracle's, and how to compare their results (a step's or a rollout's)."""
             states = [starts[int(k)] for k in rng.integers(0, len(starts), int(rng.integers(4, 12)))]
-            acts, dt = rng.integers(0, 2, len(states)), int(rng.integers(1, 4))
-            return (lambda: env.step_batch(acts, states, dt=dt)), (lambda: ref.step_batch(acts, states, dt=dt))
+            dt = int(rng.integers(1, 4))
+            if rng.random() < 0.5:
+                seqs = rng.integers(0, 2, (len(states), 3))
+                return (lambda: env.rollout_batch(states, seqs, dt=dt)), \
+                    (lambda: ref.rollout_batch(states, seqs, dt=dt)), assert_rollouts_equal
+            acts = rng.integers(0, 2, len(states))
+            return (lambda: env.step_batch(acts, states, dt=dt)), (lambda: ref.step_batch(acts, states, dt=dt)), \
+                assert_batches_equal
 
         env.step_batch(np.zeros(len(starts), dtype=np.int64), starts)  # the workers checked them: the lane takes them
         counter = Interrupt()
         counter.run(case()[0])
+        counter.run(case()[0])  # (two calls: a step's and a rollout's lines, most often)
         lines = sorted(counter.open_lines)
         assert any(f.endswith(os.path.join("batch", "lane.py")) for f, _ in lines)
         seen = []
         for line in lines:
-            call, want = case()
+            call, want, same = case()
             lanes = env.stats["lane_batches"]
             interrupted, got = InterruptAtLine(line).run(call)
             if not interrupted:
-                assert_batches_equal(got, want())
+                same(got, want())
             for _ in range(2):
-                call, want = case()
-                assert_batches_equal(call_with_deadline(call, 40.0, f"a call after an interrupt at {line}"), want())
+                call, want, same = case()
+                same(call_with_deadline(call, 40.0, f"a call after an interrupt at {line}"), want())
             if interrupted:
                 seen.append(line)
             assert env.stats["lane_batches"] > lanes, "the calls took the lane"

@@ -89,5 +89,7 @@ def rollout_job(space: spaces.Space, kind: str, reseedable: bool, current: Calla
     if acts is not None:
         acts = acts.copy() if isinstance(acts, np.ndarray) else [list(a) for a in acts]
     spec = RolloutSpec(req.horizon, req.policy_blob, req.return_all)
-    states_list = None if req.states is None else list(req.states)
+    states_list: Sequence[State] | None = req.states  # (a StateBatch is a value already: the caller cannot change it)
+    if states_list is not None and not isinstance(states_list, StateBatch):
+        states_list = list(states_list)
     return Job(req.n, acts, states_list, _owned(req.dt), _owned(req.seeds), start, spec, req.policy)

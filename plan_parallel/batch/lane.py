@@ -30,7 +30,7 @@ from gymnasium import spaces
 from plan_parallel.batch.pool import WorkerPool
 from plan_parallel.errors import ClosedError, WorkerTimeoutError, failed_item
 from plan_parallel.interrupts import ctrl_c_deferred
-from plan_parallel.results import StepBatch
+from plan_parallel.results import RolloutBatch, StepBatch
 from plan_parallel.state import State
 from plan_parallel.state.state_batch import StateBatch, StateColumns
 from plan_parallel.state.state_value import checked_by
@@ -86,13 +86,16 @@ class Lane:
 
     def close(self) -> None:
         """Give the segment back to the pool's slabs (they are freed when the pool closes, at exit too)."""
-        if self.slab is not None:
-            self.pool.feeder.slabs.release(self.slab)
-        self.slab, self.layout, self.cols = None, None, {}
+        with ctrl_c_deferred():  # released once: a slab in the free list twice would serve two calls
+            if self.slab is not None:
+                self.pool.feeder.slabs.release(self.slab)
+            self.slab, self.layout, self.cols = None, None, {}
 
     def takes(self, job: Job) -> bool:
         """Whether ``job`` may run in the lane (the pool's idleness is asked under its lock, in :meth:`run`)."""
-        return (self.obs_form is not None and job.rollout is None and job.states is not None and job.keys is None
+        spec = job.rollout  # a rollout of given actions, its final results only
+        return (self.obs_form is not None and job.states is not None and job.keys is None
+                and (spec is None or (not spec.return_all and spec.policy is None and job.policy is None))
                 and job.seeds is None and type(job.dt) is int and 0 < job.n <= MAX_ROWS
                 and isinstance(job.actions, np.ndarray) and not job.actions.dtype.hasobject
                 and self._trusted(job.states))
@@ -104,8 +107,9 @@ class Lane:
             return columns.token is self.trust or (local is not None and columns.token is local)
         return checked_by(states, self.trust) or (local is not None and checked_by(states, local))
 
-    def run(self, job: Job) -> StepBatch | None:
-        """``job``'s StepBatch, run in the lane; None when it cannot (the caller takes the general path)."""
+    def run(self, job: Job) -> StepBatch | RolloutBatch | None:
+        """``job``'s StepBatch (or RolloutBatch), run in the lane; None when it cannot (the caller takes the
+        general path)."""
         pool = self.pool
         with pool.guarded():
             pool.check_usable()
@@ -129,15 +133,16 @@ class Lane:
         assert self.obs_form is not None
         actions = job.actions
         lay = Layout("", 1 << max(6, (job.n - 1).bit_length()), sim.shape[0], len(wrappers),
-                     (actions.dtype.str, actions.shape[1:]), self.obs_form)
+                     (actions.dtype.str, actions.shape[1:]), self.obs_form, job.rollout.horizon if job.rollout else 0)
         old = self.layout
-        if old is not None and (old.sim, old.wrappers, old.action) == (lay.sim, lay.wrappers, lay.action) \
-                and job.n <= old.capacity:
+        if old is not None and (old.sim, old.wrappers, old.action, old.steps) == \
+                (lay.sim, lay.wrappers, lay.action, lay.steps) and job.n <= old.capacity:
             return True
-        self.close()  # (workers still mapping the old segment keep it until their next header names this one)
-        self.slab = self.pool.feeder.slabs.acquire(lay.offsets()[1])
-        self.layout = dataclasses.replace(lay, name=self.slab.name)
-        self.key, self.cols = self.layout.key(), self.layout.columns(self.slab.buf)
+        with ctrl_c_deferred():  # the segment, its layout and its columns change together
+            self.close()  # (workers still mapping the old segment keep it until their next header names this one)
+            slab = self.pool.feeder.slabs.acquire(lay.offsets()[1])
+            layout = dataclasses.replace(lay, name=slab.name)
+            self.slab, self.layout, self.key, self.cols = slab, layout, layout.key(), layout.columns(slab.buf)
         return True
 
     def _write_inputs(self, job: Job) -> list[Any] | None:
@@ -186,15 +191,17 @@ class Lane:
             self._send(k, rows, job.dt)
             due[k] = rows
         replies: dict[int, Reply] = {}
-        # When the last reply is due, from the env time a step took so far: a wait that ends later blocks at once.
-        due_at = time.monotonic() + max(hi - lo for lo, hi in chunks) * job.dt * self.step_seconds
+        # How long the longest chunk takes, from the env time a step took so far: the wait polls (for a reply due
+        # within the worker class's spin time) only in a call that short, where a wake-up is a large share of it.
+        expected = max(hi - lo for lo, hi in chunks) * job.dt * self.step_seconds
+        due_at = time.monotonic() + expected
         while due:
             ks = list(due)
             now = time.monotonic()
             first = min((self.sent_at[k] + pool.timeout for k in ks), default=None) if pool.timeout else None
             ready = pool.worker_type.wait_any([pool.slots[k].worker for k in ks],
                                               None if first is None else max(0.0, first - now), pool.wake_fd,
-                                              due_at - now)
+                                              max(due_at - now, expected))
             if pool.closing:
                 raise ClosedError("the env was closed while this batch was in flight")
             for j in ready:
@@ -256,7 +263,7 @@ class Lane:
                                  "it was killed and replaced")
 
     # ------------------------------------------------------------------ the result
-    def _result(self, job: Job, replies: dict[int, Reply], rngs: list[Any]) -> StepBatch:
+    def _result(self, job: Job, replies: dict[int, Reply], rngs: list[Any]) -> StepBatch | RolloutBatch:
         errors = [reraise(r.tail, f"raised in {r.worker} during {job.op.value}", lo)
                   for lo, r in replies.items() if r.status == ERROR]
         if errors:
@@ -267,18 +274,22 @@ class Lane:
         sims = c["out_sim"][:n].copy()
         sims.flags.writeable = False
         extra_col, wrappers_col = c["out_extra"][:n].copy(), c["out_wrappers"][:n].copy()
-        extras, wrappers = extra_col.tolist(), wrappers_col.tolist()
+        extras = extra_col.tolist()  # (the wrappers' rows are made tuples when a state is: N small lists made
+        # here would stay tracked by the garbage collector, whose passes then cost more than the lists)
 
         def make(k: int) -> State:
-            return State.of_frozen(kind, sims[k], decode_extra(extras[k]), rngs[k], tuple(wrappers[k]), None, trust)
+            return State.of_frozen(kind, sims[k], decode_extra(extras[k]), rngs[k], tuple(wrappers_col[k].tolist()),
+                                   None, trust)
 
         steps = c["n_steps"][:n].tolist()
-        infos = [{"n_steps": k} for k in steps]
+        rollout = job.rollout is not None
+        infos = [{} for _ in range(n)] if rollout else [{"n_steps": k} for k in steps]  # (a rollout's: a field)
         for lo, r in replies.items():
             if r.status == INFOS:  # (the env's keys first, "n_steps" last, as the general path's)
                 got = pickle.loads(r.tail)
-                for info, k in zip(got, steps[lo:lo + len(got)]):
-                    info["n_steps"] = k
+                if not rollout:
+                    for info, k in zip(got, steps[lo:lo + len(got)]):
+                        info["n_steps"] = k
                 infos[lo:lo + len(got)] = got
         stats = self.pool.stats
         stats["batches"] += 1
@@ -287,6 +298,8 @@ class Lane:
         env_seconds = sum(r.env_seconds for r in replies.values())
         stats["env_seconds"] += env_seconds
         self.last_step_seconds = env_seconds / max(1, sum(steps))
-        columns = StateColumns(kind, sims, extra_col, wrappers_col, rngs, trust)
-        return StepBatch(StateBatch(n, [(0, n, make)], observations, columns), observations, c["rewards"][:n].copy(),
-                         c["terminations"][:n].copy(), c["truncations"][:n].copy(), infos)
+        states = StateBatch(n, [(0, n, make)], observations, StateColumns(kind, sims, extra_col, wrappers_col, rngs, trust))
+        outcomes = (c["rewards"][:n].copy(), c["terminations"][:n].copy(), c["truncations"][:n].copy())
+        if rollout:
+            return RolloutBatch(states, observations, *outcomes, c["n_steps"][:n].copy(), infos)
+        return StepBatch(states, observations, *outcomes, infos)

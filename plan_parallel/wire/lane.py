@@ -1,6 +1,6 @@
 """The lane's wire: fixed columns in one shared segment, and the headers that name rows of them.
 
-A step call of states with a fixed row layout (a family's :meth:`~plan_parallel.state.Adapter.row_extra`:
+A step or rollout call of states with a fixed row layout (a family's :meth:`~plan_parallel.state.Adapter.row_extra`:
 classic control whose step draws nothing) needs no pickle: the caller writes every input once into
 columns of rows ``0..n`` (the states' simulator arrays, their ``extra`` as an integer, their wrapper
 counters, the actions), sends each worker a :data:`HEADER` naming its rows ``lo..lo+m``, and reads the
@@ -54,6 +54,7 @@ class Layout:
         wrappers: integer entries of a state's wrapper stack (a TimeLimit's elapsed steps).
         action: the actions' dtype (``np.dtype.str``) and the shape of one action.
         obs: the observations' dtype and the shape of one observation.
+        steps: a rollout's horizon T (the actions' and rewards' rows hold T steps); 0: a ``step_batch``.
     """
 
     name: str
@@ -62,6 +63,7 @@ class Layout:
     wrappers: int
     action: tuple[str, tuple[int, ...]]
     obs: tuple[str, tuple[int, ...]]
+    steps: int = 0
 
     def forms(self) -> list[tuple[str, str, tuple[int, ...]]]:
         """``(column, dtype, row shape)`` for every column, in the segment's order."""
@@ -70,7 +72,8 @@ class Layout:
             ("in_sim", f8, (self.sim,)), ("in_extra", i8, ()), ("in_wrappers", i8, (self.wrappers,)),
             ("actions", self.action[0], self.action[1]),
             ("out_sim", f8, (self.sim,)), ("out_extra", i8, ()), ("out_wrappers", i8, (self.wrappers,)),
-            ("obs", self.obs[0], self.obs[1]), ("rewards", f8, ()), ("terminations", "|b1", ()),
+            ("obs", self.obs[0], self.obs[1]), ("rewards", f8, (self.steps,) if self.steps else ()),
+            ("terminations", "|b1", ()),
             ("truncations", "|b1", ()), ("n_steps", i8, ()),
         ]
 
@@ -92,13 +95,14 @@ class Layout:
         """The layout as the bytes a header carries (a worker parses it once while it stays the same)."""
         a, o = self.action, self.obs
         return ";".join([self.name, str(self.capacity), str(self.sim), str(self.wrappers), a[0],
-                         ",".join(map(str, a[1])), o[0], ",".join(map(str, o[1]))]).encode("ascii")
+                         ",".join(map(str, a[1])), o[0], ",".join(map(str, o[1])), str(self.steps)]).encode("ascii")
 
     @classmethod
     def from_key(cls, key: bytes) -> Layout:
-        name, capacity, sim, wrappers, adtype, ashape, odtype, oshape = key.decode("ascii").split(";")
+        name, capacity, sim, wrappers, adtype, ashape, odtype, oshape, steps = key.decode("ascii").split(";")
 
         def shape(text: str) -> tuple[int, ...]:
             return tuple(int(x) for x in text.split(",")) if text else ()
 
-        return cls(name, int(capacity), int(sim), int(wrappers), (adtype, shape(ashape)), (odtype, shape(oshape)))
+        return cls(name, int(capacity), int(sim), int(wrappers), (adtype, shape(ashape)), (odtype, shape(oshape)),
+                   int(steps))

@@ -38,6 +38,7 @@ class LaneRows:
         self.slab: Slab | None = None
         self.cols: dict[str, np.ndarray] = {}
         self.rng: dict | None = None
+        self.steps = 0  # the attached layout's: a rollout's horizon, or 0 (step calls)
 
     def close(self) -> None:
         if self.slab is not None:
@@ -51,6 +52,7 @@ class LaneRows:
         layout = Layout.from_key(key)
         self.slab = Slab(layout.name, layout.offsets()[1], create=False)
         self.cols = layout.columns(self.slab.buf)
+        self.steps = layout.steps
         self.key = key
         if self.rng is None:
             self.rng = get_rng_state(self.engine.adapter.u.np_random)
@@ -71,7 +73,15 @@ class LaneRows:
         sims = c["in_sim"][lo:hi].copy()
         states = [State.captured(kind, sim, decode_extra(extra), rng, tuple(wrappers), None, None)
                   for sim, extra, wrappers in zip(sims, c["in_extra"][lo:hi].tolist(), c["in_wrappers"][lo:hi].tolist())]
-        out_states, obs, rewards, terms, truncs, infos = self.engine.run_raw(states, c["actions"][lo:hi].copy(), dt)
+        actions = c["actions"][lo:hi].copy()
+        if self.steps:  # a rollout of T steps an item (infos without "n_steps": that is a field of its own)
+            parts = self.engine.rollout_raw(states, actions, dt, self.steps, first_index=lo, n=hi - lo)
+            out_states, obs, rewards, terms, truncs = (parts.states, parts.observations, parts.rewards,
+                                                       parts.terminations, parts.truncations)
+            steps, infos = parts.n_steps, parts.infos
+        else:
+            out_states, obs, rewards, terms, truncs, infos = self.engine.run_raw(states, actions, dt)
+            steps = [info.pop("n_steps") for info in infos]
         if not self._fits(out_states, obs):
             return FULL, b""
         c["out_sim"][lo:hi] = [s.sim for s in out_states]
@@ -81,7 +91,7 @@ class LaneRows:
         c["rewards"][lo:hi] = np.array(rewards, dtype=np.float64)
         c["terminations"][lo:hi] = np.array(terms, dtype=bool)
         c["truncations"][lo:hi] = np.array(truncs, dtype=bool)
-        c["n_steps"][lo:hi] = [info.pop("n_steps") for info in infos]
+        c["n_steps"][lo:hi] = steps
         if any(infos):
             return INFOS, pickle.dumps(infos, PROTOCOL)
         return OK, b""

@@ -8,6 +8,8 @@ the same few CartPole steps, one call after another, in alternating samples
   the workers (``placement="workers"``): the states travel to a worker, are
   restored and stepped, and the new states come back;
 * ``make_vec x2 step`` — ``make_vec`` with 2 sub-envs, every step on the workers;
+* the same two with the lane off (``ExecutionPolicy(lane=False)``): the general path, the
+  figure before the lane (``plan_parallel.batch.lane``);
 * ``AsyncVectorEnv x2 step`` — gymnasium's vector env with 2 processes and shared
   memory (the reference: no states travel);
 * ``SyncVectorEnv x2 step`` and an inline ``step_batch 2`` — the same work with no
@@ -41,6 +43,7 @@ def bench_latency(repeats: int, quick: bool, workers: int) -> list[str]:
     from plan_parallel.factory import EnvFactory
 
     on_workers = pp.ExecutionPolicy(n_workers=workers, placement="workers")
+    general = on_workers.replace(lane=False)
     same_step = gym.vector.AutoresetMode.SAME_STEP  # no step of the peers' is a reset step
     fns = [EnvFactory(ENV_ID, {}) for _ in range(SUB_ENVS)]
     opened: list[Any] = []
@@ -51,6 +54,10 @@ def bench_latency(repeats: int, quick: bool, workers: int) -> list[str]:
         opened.append(env)
         vec = pp.make_vec(ENV_ID, SUB_ENVS, execution=on_workers, autoreset_mode=same_step)
         opened.append(vec)
+        env_general = pp.make(ENV_ID, execution=general)
+        opened.append(env_general)
+        vec_general = pp.make_vec(ENV_ID, SUB_ENVS, execution=general, autoreset_mode=same_step)
+        opened.append(vec_general)
         asyn = gym.vector.AsyncVectorEnv(fns, shared_memory=True, autoreset_mode=same_step)
         opened.append(asyn)
         sync = gym.vector.SyncVectorEnv(fns, autoreset_mode=same_step)
@@ -58,16 +65,20 @@ def bench_latency(repeats: int, quick: bool, workers: int) -> list[str]:
         state = inline.reset(seed=0)[0]
         states = [state] * SUB_ENVS
         actions = np.zeros(SUB_ENVS, dtype=np.int64)
-        for venv in (vec, asyn, sync):
+        for venv in (vec, vec_general, asyn, sync):
             venv.reset(seed=0)
         fns_timed = {
             "step_batch 2 (workers)": lambda: env.step_batch(actions, states),
             "make_vec x2 step (workers)": lambda: vec.step(actions),
+            "step_batch 2 (no lane)": lambda: env_general.step_batch(actions, states),
+            "make_vec x2 step (no lane)": lambda: vec_general.step(actions),
             "AsyncVectorEnv x2 step": lambda: asyn.step(actions),
             "SyncVectorEnv x2 step": lambda: sync.step(actions),
             "step_batch 2 (inline)": lambda: inline.step_batch(actions, states),
         }
         pids = {"step_batch 2 (workers)": lambda: env.pids, "make_vec x2 step (workers)": lambda: vec.plan_env.pids,
+                "step_batch 2 (no lane)": lambda: env_general.pids,
+                "make_vec x2 step (no lane)": lambda: vec_general.plan_env.pids,
                 "AsyncVectorEnv x2 step": lambda: [p.pid for p in asyn.processes]}
         t = measure(fns_timed, 3 if quick else repeats, pids=pids)
     finally:
