@@ -46,7 +46,9 @@ def ctrl_c_raises() -> Iterator[None]:
 
 
 def on_workers(n: int, **kw: Any) -> pp.ExecutionPolicy:
-    return pp.ExecutionPolicy(n_workers=n, placement="workers", **kw)
+    """Every batch on the workers, one chunk a worker (so the lane takes every call it can, whatever the
+    tuner measured: it would split a long one for balance, on the general path)."""
+    return pp.ExecutionPolicy(n_workers=n, placement="workers", max_chunks_per_worker=1, **kw)
 
 
 def actions_for(space: Any, n: int, rng: np.random.Generator) -> np.ndarray:
@@ -149,7 +151,8 @@ def test_a_lane_trajectory_equals_gymnasiums_own_env() -> None:
 
 
 def big_call(env: Any, ref: pp.PlanEnv, n: int = 2048, dt: int = 25, s: Any = None) -> tuple[Any, Any]:
-    """A call long enough (~0.3-1 s on 2 workers) for a kill, a timeout or a close to land inside it."""
+    """A call long enough (~0.3-1 s on 2 workers) for a kill, a timeout or a close to land inside it (the
+    lane takes it with ``max_chunks_per_worker=1``: the tuner would split it for balance otherwise)."""
     s = ref.reset(seed=2)[0] if s is None else s
     acts = np.arange(n) % 2
     return (lambda: env.step_batch(acts, [s] * n, dt=dt)), (lambda: ref.step_batch(acts, [s] * n, dt=dt))
@@ -157,7 +160,8 @@ def big_call(env: Any, ref: pp.PlanEnv, n: int = 2048, dt: int = 25, s: Any = No
 
 @pytest.mark.timeout(120)
 def test_a_worker_killed_during_a_lane_call_is_replaced_and_its_rows_sent_again() -> None:
-    with pp.make("CartPole-v1", backend="inline") as ref, pp.make("CartPole-v1", execution=on_workers(2)) as env:
+    with pp.make("CartPole-v1", backend="inline") as ref, \
+            pp.make("CartPole-v1", execution=on_workers(2)) as env:
         call, want = big_call(env, ref)
         call()  # the workers have measured a step; the states are theirs
         lane_before = env.stats["lane_batches"]
@@ -170,6 +174,23 @@ def test_a_worker_killed_during_a_lane_call_is_replaced_and_its_rows_sent_again(
         assert env.stats["restarts"] == 1 and env.pids[0] != victim
         assert env.stats["lane_batches"] == lane_before + 1, "the call ran in the lane"
         assert_batches_equal(call(), want())
+
+
+@pytest.mark.timeout(120)
+def test_a_batch_the_tuner_splits_for_balance_takes_the_general_path() -> None:
+    """~0.5 s of CartPole steps: the tuner splits it in up to 3 chunks a worker, handed out as workers finish;
+    the lane (one chunk a worker) leaves it to the general path. Same results either way."""
+    policy = pp.ExecutionPolicy(n_workers=2, placement="workers")  # max_chunks_per_worker=3, the default
+    with pp.make("CartPole-v1", backend="inline") as ref, pp.make("CartPole-v1", execution=policy) as env:
+        call, want = big_call(env, ref)
+        assert_batches_equal(call(), want())  # (the workers measure a step)
+        small = env.step_batch(np.array([0, 1]), [ref.reset(seed=2)[0]] * 2)  # (and the states are theirs)
+        lanes = env.stats["lane_batches"]
+        assert_batches_equal(call(), want())
+        assert env.stats["lane_batches"] == lanes
+        assert_batches_equal(env.step_batch(np.array([0, 1]), list(small.states)),
+                             ref.step_batch(np.array([0, 1]), list(small.states)))
+        assert env.stats["lane_batches"] == lanes + 1
 
 
 @pytest.mark.timeout(120)

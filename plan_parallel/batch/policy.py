@@ -64,9 +64,10 @@ class ExecutionPolicy:
         max_chunks_per_worker: a batch on the workers is split in one chunk a worker, or up to this many when
             each still holds 10 ms of env time (250 ms on Ray) and writing them all costs this process under
             5 % of a worker's part: more chunks balance a worker slowed by its neighbours. 1: one chunk each.
-        lane: (process) a ``step_batch`` its caller waits for, of states with a fixed row (classic control
-            whose step draws nothing: :meth:`~plan_parallel.state.Adapter.row_extra`), one int ``dt`` and no
-            seeds, runs through one shared segment without the general path's chunks
+        lane: (process) a ``step_batch``, or a ``rollout_batch`` of given actions, that its caller waits for,
+            of states with a fixed row (classic control and MuJoCo whose step draws nothing:
+            :meth:`~plan_parallel.state.Adapter.row_extra`), one int ``dt`` and no seeds, split in no more
+            chunks than workers, runs through one shared segment without the general path's chunks
             (:mod:`plan_parallel.batch.lane`; the same results). False: every batch takes the general path.
 
     Raises:
