@@ -1,8 +1,10 @@
-"""The lane: a step call of fixed-layout states on process workers, without the general path's layers.
+"""The lane: step and rollout calls of fixed-layout states on process workers, without the general path's layers.
 
-A ``step_batch`` the caller waits for, of states the workers made or checked, whose family fits a fixed
-row (:meth:`~plan_parallel.state.Adapter.row_extra`), with one int ``dt`` and no seeds, runs here when the
-pool is idle: its inputs are written once into the columns of one shared segment
+A ``step_batch`` (or a ``rollout_batch`` of given actions) the caller waits for, of states the workers or
+this process made or checked, whose family fits a fixed row (:meth:`~plan_parallel.state.Adapter.row_extra`),
+with one int ``dt`` and no seeds, runs here when the pool is idle (and the tuner would not split it in more
+chunks than workers: :class:`~plan_parallel.batch.placement.Placement`): its inputs are written once into
+the columns of one shared segment
 (:mod:`plan_parallel.wire.lane`), each worker gets a header naming its rows, and the results are read
 from the output columns. No chunk, part, slab, codec, future or gather is made; the items run through
 the workers' engine, so the results equal the general path's (and the inline backend's).
@@ -215,7 +217,7 @@ class Lane:
             now = time.monotonic()
             for k in due:
                 if pool.timeout is not None and now > self.sent_at[k] + pool.timeout:
-                    self._time_out(k, due[k])
+                    self._time_out(k, due[k], job.op.value)
         return replies
 
     def _send(self, k: int, rows: tuple[int, int], dt: int) -> None:
@@ -252,14 +254,14 @@ class Lane:
         pool.stats["busy_seconds"][k] += env_seconds
         return Reply(status, bytes(data[REPLY.size:]), env_seconds, worker.name)
 
-    def _time_out(self, k: int, rows: tuple[int, int]) -> None:
+    def _time_out(self, k: int, rows: tuple[int, int], op: str) -> None:
         pool, slot = self.pool, self.pool.slots[k]
         lo, hi = rows
         name = slot.worker.name
         slot.worker.kill()
         pool.stats["timeouts"] += 1
         pool.on_death(k, f"timed out after {pool.timeout} s")
-        raise WorkerTimeoutError(f"{name} did not finish step_batch ({hi - lo} items) within {pool.timeout} s; "
+        raise WorkerTimeoutError(f"{name} did not finish {op} ({hi - lo} items) within {pool.timeout} s; "
                                  "it was killed and replaced")
 
     # ------------------------------------------------------------------ the result
