@@ -304,3 +304,33 @@ def test_an_env_error_in_a_lane_serve_travels_with_its_item() -> None:
         exc, _, item = pickle.loads(reply[REPLY.size:])
         assert (call_id, status, type(exc), item) == (3, ERROR, AssertionError, 1)
     server.close()
+
+
+@pytest.mark.parametrize("env_id,row", [("CartPole-v1", "count"), ("Acrobot-v1", "none"), ("MountainCar-v0", "none"),
+                                        ("HalfCheetah-v5", "none"), ("Pendulum-v1", None),
+                                        ("MountainCarContinuous-v0", "none"), ("ALE/Pong-v5", None),
+                                        ("FrozenLake-v1", None)])
+def test_which_families_declare_a_fixed_row(env_id: str, row: str | None) -> None:
+    """Adapter.row_extra, the family's opt-in: CartPole's extra is a count; Pendulum's (last_u, a float) is not
+    a row; ALE (sticky actions draw) and toy text are not. MountainCarContinuous declares one, but its float32
+    state does not fit the float64 column, so its calls take the general path (see the exactness table)."""
+    from plan_parallel.env.plan_env import engine_of
+
+    with pp.make(env_id, backend="inline") as env:
+        assert engine_of(env).adapter.row_extra() == row
+
+
+@pytest.mark.timeout(120)
+def test_a_lane_batch_of_states_given_to_an_env_of_another_kind_fails_as_inline() -> None:
+    """A StateBatch read as columns is checked for its kind as a list is: the same StateError as inline."""
+    with pp.make("CartPole-v1", execution=on_workers(2)) as env, pp.make("Acrobot-v1", execution=on_workers(2)) as other, \
+            pp.make("Acrobot-v1", backend="inline") as other_inline:
+        s = env.reset(seed=0)[0]
+        batch = env.step_batch(np.array([0, 1]), [s, s])
+        batch = env.step_batch(np.array([0, 1]), batch.states)
+        assert batch.states.columns is not None
+        with pytest.raises(pp.StateError) as inline_error:
+            other_inline.step_batch(np.array([0, 1]), batch.states)
+        with pytest.raises(pp.StateError) as lane_error:
+            other.step_batch(np.array([0, 1]), batch.states)
+        assert str(lane_error.value) == str(inline_error.value)
