@@ -20,6 +20,8 @@ if TYPE_CHECKING:
 __all__ = ["BACKENDS", "check_env_kwargs", "make"]
 
 
+#: The backends :func:`make` takes: ``"inline"`` (this process), ``"process"`` (worker processes, the default)
+#: and ``"ray"`` (Ray actors, on this machine or a cluster).
 BACKENDS = ("inline", "process", "ray")
 
 
