@@ -29,6 +29,12 @@ def _owned(x: Any) -> Any:
     return x.copy() if isinstance(x, np.ndarray) else x
 
 
+def _owned_states(states: Sequence[State]) -> Sequence[State]:
+    """The batch's own states: a list of the items, or a StateBatch as it is (a value already: the caller
+    cannot change it)."""
+    return states if isinstance(states, StateBatch) else list(states)
+
+
 def _owned_actions(actions: Any) -> Any:
     """The batch's own actions: a copy of the array, or a list of the items."""
     return actions.copy() if isinstance(actions, np.ndarray) else list(actions)
@@ -49,9 +55,7 @@ def step_job(space: spaces.Space, kind: str, reseedable: bool, current: Callable
     else:
         n = len(states) if hasattr(states, "__len__") else -1
         actions = check_actions(space, actions, n if n >= 0 else None)
-        states = check_states(states, kind, len(actions), None)
-        if not isinstance(states, StateBatch):  # (a StateBatch is a value already: the caller cannot change it)
-            states = list(states)
+        states = _owned_states(check_states(states, kind, len(actions), None))
     dt = check_dt(dt, n)
     seeds = check_seeds(seeds, n, reseedable)
     return Job(n, _owned_actions(actions), states, _owned(dt), _owned(seeds), start)
@@ -89,7 +93,5 @@ def rollout_job(space: spaces.Space, kind: str, reseedable: bool, current: Calla
     if acts is not None:
         acts = acts.copy() if isinstance(acts, np.ndarray) else [list(a) for a in acts]
     spec = RolloutSpec(req.horizon, req.policy_blob, req.return_all)
-    states_list: Sequence[State] | None = req.states  # (a StateBatch is a value already: the caller cannot change it)
-    if states_list is not None and not isinstance(states_list, StateBatch):
-        states_list = list(states_list)
+    states_list = None if req.states is None else _owned_states(req.states)
     return Job(req.n, acts, states_list, _owned(req.dt), _owned(req.seeds), start, spec, req.policy)

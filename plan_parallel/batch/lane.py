@@ -29,6 +29,7 @@ from typing import Any, NamedTuple
 import numpy as np
 from gymnasium import spaces
 
+from plan_parallel.batch.parts import SlotState
 from plan_parallel.batch.pool import WorkerPool
 from plan_parallel.errors import ClosedError, WorkerTimeoutError, failed_item
 from plan_parallel.interrupts import ctrl_c_deferred
@@ -74,8 +75,6 @@ class Lane:
         self.kind = info.kind
         self.trust = trust
         self.local_token: Any = None  # the token of the states the env in this process checked or made
-        self.step_seconds = 0.0  # a worker's env seconds a step (an EMA of the replies; 0: none yet)
-        self.dt = 1  # the call's
         self.last_step_seconds = 0.0  # the last call's env seconds a step, on the workers' clocks
         self.sent_at: dict[int, float] = {}  # when each worker was sent its header (time.monotonic())
         space = info.observation_space
@@ -109,20 +108,21 @@ class Lane:
             return columns.token is self.trust or (local is not None and columns.token is local)
         return checked_by(states, self.trust) or (local is not None and checked_by(states, local))
 
-    def run(self, job: Job) -> StepBatch | RolloutBatch | None:
+    def run(self, job: Job, step_seconds: float | None) -> StepBatch | RolloutBatch | None:
         """``job``'s StepBatch (or RolloutBatch), run in the lane; None when it cannot (the caller takes the
-        general path)."""
+        general path). ``step_seconds``: a worker's env seconds a step, as the tuner learned it (None: not yet)."""
         pool = self.pool
         with pool.guarded():
             pool.check_usable()
-            pool.poll_nowait()  # (replacements started, and their READY replies read)
+            if any(s.state is not SlotState.READY for s in pool.slots):
+                pool.poll_nowait()  # (replacements started, and their READY replies read)
             ready = pool.ready_idle()
             if not ready:
                 return None
             rngs = self._write_inputs(job)
             if rngs is None:
                 return None
-            replies = self._call(job, ready)
+            replies = self._call(job, ready, step_seconds or 0.0)
             if any(r.status == FULL for r in replies.values()):
                 return None  # results that do not fit the columns: the general path runs the call again
             return self._result(job, replies, rngs)
@@ -161,8 +161,16 @@ class Lane:
             c["in_sim"][:n] = columns.sims
             c["in_extra"][:n] = columns.extras
             c["in_wrappers"][:n] = columns.wrappers
+            rngs: list[Any] | None = columns.rngs
+        else:
+            rngs = self._write_states(states)
+        if rngs is not None:
             c["actions"][:n] = job.actions
-            return columns.rngs
+        return rngs
+
+    def _write_states(self, states: Any) -> list[Any] | None:
+        """Write a list of states into the input rows (see :meth:`_write_inputs`)."""
+        n, c = len(states), self.cols
         sims = [s.sim for s in states]
         extras = [encode_extra(s.extra) for s in states]
         rngs = [s.rng for s in states]
@@ -178,16 +186,14 @@ class Lane:
             return None
         c["in_wrappers"][:n] = wrappers
         c["in_extra"][:n] = extras
-        c["actions"][:n] = job.actions
         return rngs
 
     # ------------------------------------------------------------------ the call
-    def _call(self, job: Job, ready: list[int]) -> dict[int, Reply]:
+    def _call(self, job: Job, ready: list[int], step_seconds: float) -> dict[int, Reply]:
         """Send the ``ready`` workers their rows and wait for every reply, by each one's first row."""
         pool = self.pool
         assert isinstance(job.dt, int)
         chunks = split_by_cost(job.dt, job.n, max(1, min(len(ready), job.n // MIN_ROWS_PER_WORKER)))
-        self.dt = job.dt
         due: dict[int, tuple[int, int]] = {}  # slot -> its rows (lo, hi)
         for k, rows in zip(ready, chunks):
             self._send(k, rows, job.dt)
@@ -195,7 +201,7 @@ class Lane:
         replies: dict[int, Reply] = {}
         # How long the longest chunk takes, from the env time a step took so far: the wait polls (for a reply due
         # within the worker class's spin time) only in a call that short, where a wake-up is a large share of it.
-        expected = max(hi - lo for lo, hi in chunks) * job.dt * self.step_seconds
+        expected = max(job.cost(lo, hi) for lo, hi in chunks) * step_seconds
         due_at = time.monotonic() + expected
         while due:
             ks = list(due)
@@ -248,8 +254,6 @@ class Lane:
         if slot.lane_due is None or call_id != slot.lane_due[0]:
             pool.stats["stray_replies"] += 1
             return None
-        per_step = env_seconds / max(1, slot.lane_due[2] * self.dt)
-        self.step_seconds = per_step if self.step_seconds == 0.0 else 0.8 * self.step_seconds + 0.2 * per_step
         slot.lane_due = None
         pool.stats["busy_seconds"][k] += env_seconds
         return Reply(status, bytes(data[REPLY.size:]), env_seconds, worker.name)

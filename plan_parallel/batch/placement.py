@@ -140,7 +140,7 @@ class Placement:
         if place == "workers" and waited_in_full and self.lane is not None and self.lane.takes(job) \
                 and self.tuner.n_chunks(job.n, steps) <= self.tuner.n_workers:
             t0 = time.perf_counter() if started is None else started
-            value = self.lane.run(job)
+            value = self.lane.run(job, self.tuner.step_seconds)
             if value is not None:
                 if timed_as:
                     self.tuner.learn(size_class, place, (time.perf_counter() - t0) / max(1, steps), timed_as)

@@ -218,13 +218,10 @@ class ExternalProcess:
 
     def poll(self) -> list[Reply]:
         out: list[Reply] = []
-        if self._gone:
-            return out
-        try:
-            while self._poller.poll(0):
-                out.append(reply_from_wire(pickle.loads(self.conn.recv_bytes())))
-        except (EOFError, OSError):
-            self._gone = True  # the pipe closed: the process died (its sentinel says how)
+        while not self._gone and self._poller.poll(0):
+            data = self.receive()  # (None: the pipe closed, the process died; its sentinel says how)
+            if data is not None:
+                out.append(reply_from_wire(pickle.loads(data)))
         return out
 
     def dead(self) -> str | None:
