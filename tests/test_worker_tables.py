@@ -148,11 +148,13 @@ def test_a_rollout_from_states_sent_before_equals_inline(cartpole_general_pair: 
 
 def test_a_replacement_that_does_not_hold_a_chunks_states_gets_them_all_and_gives_inlines_results(tmp_path: Path) -> None:
     """Worker deaths are FaultyEnv's (SIGKILL at the action 2, once): the dead worker's chunk names states
-    it held; its replacement holds none, answers so, and the chunk is sent again whole."""
+    it held; its replacement holds none, answers so, and the chunk is sent again whole. (The general path's
+    chunks: the lane sends its states whole every call.)"""
     kw: dict[str, Any] = dict(fault="sigkill", phase="step", trigger_action=2, trigger_seed=7, horizon=100,
                               once_file=str(tmp_path / "fired"))
     with pp.make(FaultyEnv, backend="inline", fault="none", horizon=100) as oracle, \
-            pp.make(FaultyEnv, backend="process", n_workers=2, small_batch_inline=False, max_restarts=2, **kw) as env:
+            pp.make(FaultyEnv, backend="process", max_restarts=2, **kw,
+                    execution=pp.ExecutionPolicy(n_workers=2, placement="workers", lane=False)) as env:
         s0 = env.reset(seed=0)[0]
         oracle.reset(seed=0)
         s1 = oracle.step(1, state=s0)[0]

@@ -1,13 +1,15 @@
 """The lane: step and rollout calls of fixed-layout states on process workers, without the general path's layers.
 
 A ``step_batch`` (or a ``rollout_batch`` of given actions) the caller waits for, of states the workers or
-this process made or checked, whose family fits a fixed row (:meth:`~plan_parallel.state.Adapter.row_extra`),
-with one int ``dt`` and no seeds, runs here when the pool is idle (and the tuner would not split it in more
-chunks than workers: :class:`~plan_parallel.batch.placement.Placement`): its inputs are written once into
-the columns of one shared segment
-(:mod:`plan_parallel.wire.lane`), each worker gets a header naming its rows, and the results are read
-from the output columns. No chunk, part, slab, codec, future or gather is made; the items run through
-the workers' engine, so the results equal the general path's (and the inline backend's).
+this process made or checked, with one int ``dt`` and no seeds, of an env whose observations are arrays of
+one form, runs here when the pool is idle (and the tuner would not split it in more chunks than workers:
+:class:`~plan_parallel.batch.placement.Placement`): its inputs are written once into the columns of one
+shared segment (:mod:`plan_parallel.wire.lane`), each worker gets a header naming its rows, and the results
+are read from the output columns. States whose family fits a fixed row
+(:meth:`~plan_parallel.state.Adapter.row_extra`) are columns too; any other states travel pickled in the
+headers and replies, when an observation is small enough (:data:`MAX_PICKLED_OBS_BYTES`). No chunk, part,
+slab, codec, future or gather is made; the items run through the workers' engine, so the results equal the
+general path's (and the inline backend's).
 
 What the pool guarantees holds here too, under its lock and its guard:
 
@@ -24,6 +26,7 @@ from __future__ import annotations
 import dataclasses
 import pickle
 import time
+from collections import deque
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -38,24 +41,48 @@ from plan_parallel.state import State
 from plan_parallel.state.state_batch import StateBatch, StateColumns
 from plan_parallel.state.state_value import checked_by
 from plan_parallel.wire.codec import Job, split_by_cost
-from plan_parallel.wire.lane import ERROR, FULL, HEADER, INFOS, REPLY, TAG, Layout, decode_extra, encode_extra
+from plan_parallel.wire.columns import state_maker
+from plan_parallel.wire.lane import (
+    ERROR,
+    FULL,
+    HEADER,
+    INFOS,
+    REPLY,
+    STATES,
+    TAG,
+    Layout,
+    decode_extra,
+    encode_extra,
+    pack_states_tail,
+)
 from plan_parallel.wire.messages import WorkerInfo, reraise
 from plan_parallel.wire.slabs import Slab
 
-__all__ = ["MAX_ROWS", "MIN_ROWS_PER_WORKER", "Lane"]
+__all__ = ["MAX_PICKLED_OBS_BYTES", "MAX_ROWS", "MIN_ROWS_PER_WORKER", "Lane"]
 
 MAX_ROWS = 4096  # a larger batch takes the general path (its chunks stream; the lane's rows are one segment)
 # A worker takes at least this many items of a call: a wake-up and a cold start cost about what 1-2
 # CartPole steps do, so fewer wake-ups beat more workers for tiny calls (docs/measurements.md, the lane).
 MIN_ROWS_PER_WORKER = 4
+# States that travel pickled take the lane when an observation has at most this many bytes: larger ones are
+# copied out of the segment a call, where the general path's workers write them into the result's own array.
+MAX_PICKLED_OBS_BYTES = 16384
 F8 = np.dtype(np.float64)
+
+
+class Inputs(NamedTuple):
+    """What :meth:`Lane._write_inputs` wrote: a row layout's states' RNG values, or a pickled layout's states."""
+
+    rngs: list[Any] | None
+    states: list[State] | None
 
 
 class Reply(NamedTuple):
     """A worker's answer to its lane header."""
 
-    status: int  # wire.lane's OK, INFOS, FULL or ERROR
-    tail: bytes  # the pickled infos or error
+    status: int  # wire.lane's OK, INFOS, FULL, ERROR or STATES
+    tail: bytes  # the pickled infos, error, or states and infos
+    rows: int  # how many rows it answers for
     env_seconds: float
     worker: str  # its name, for an error's note
 
@@ -78,8 +105,10 @@ class Lane:
         self.last_step_seconds = 0.0  # the last call's env seconds a step, on the workers' clocks
         self.sent_at: dict[int, float] = {}  # when each worker was sent its header (time.monotonic())
         space = info.observation_space
-        box = isinstance(space, spaces.Box) and pool.worker_type.takes_lane and info.row_extra is not None
+        box = isinstance(space, spaces.Box) and pool.worker_type.takes_lane
         self.obs_form = (np.dtype(space.dtype).str, tuple(space.shape)) if box else None
+        self.rows = info.row_extra is not None  # states may fit a row layout
+        self.pickled = box and space.dtype.itemsize * int(np.prod(space.shape)) <= MAX_PICKLED_OBS_BYTES
         self.layout: Layout | None = None
         self.key = b""
         self.slab: Slab | None = None
@@ -95,7 +124,7 @@ class Lane:
     def takes(self, job: Job) -> bool:
         """Whether ``job`` may run in the lane (the pool's idleness is asked under its lock, in :meth:`run`)."""
         spec = job.rollout  # a rollout of given actions, its final results only
-        return (self.obs_form is not None and job.states is not None and job.keys is None
+        return (self.obs_form is not None and (self.rows or self.pickled) and job.states is not None and job.keys is None
                 and (spec is None or (not spec.return_all and spec.policy is None and job.policy is None))
                 and job.seeds is None and type(job.dt) is int and 0 < job.n <= MAX_ROWS
                 and isinstance(job.actions, np.ndarray) and not job.actions.dtype.hasobject
@@ -108,9 +137,10 @@ class Lane:
             return columns.token is self.trust or (local is not None and columns.token is local)
         return checked_by(states, self.trust) or (local is not None and checked_by(states, local))
 
-    def run(self, job: Job, step_seconds: float | None) -> StepBatch | RolloutBatch | None:
+    def run(self, job: Job, step_seconds: float | None, n_chunks: int) -> StepBatch | RolloutBatch | None:
         """``job``'s StepBatch (or RolloutBatch), run in the lane; None when it cannot (the caller takes the
-        general path). ``step_seconds``: a worker's env seconds a step, as the tuner learned it (None: not yet)."""
+        general path). ``step_seconds``: a worker's env seconds a step, as the tuner learned it (None: not yet);
+        ``n_chunks``: the chunks the tuner would split it in (handed out as workers finish, for balance)."""
         pool = self.pool
         with pool.guarded():
             pool.check_usable()
@@ -119,57 +149,62 @@ class Lane:
             ready = pool.ready_idle()
             if not ready:
                 return None
-            rngs = self._write_inputs(job)
-            if rngs is None:
+            inputs = self._write_inputs(job)
+            if inputs is None:
                 return None
-            replies = self._call(job, ready, step_seconds or 0.0)
+            replies = self._call(job, ready, step_seconds or 0.0, n_chunks, inputs.states)
             if any(r.status == FULL for r in replies.values()):
                 return None  # results that do not fit the columns: the general path runs the call again
-            return self._result(job, replies, rngs)
+            return self._result(job, replies, inputs.rngs)
 
     # ------------------------------------------------------------------ inputs
-    def _ensure_layout(self, job: Job, sim: Any, wrappers: tuple) -> bool:
-        """A segment whose rows fit ``job`` (made anew when its forms change or it has too few rows)."""
-        if type(sim) is not np.ndarray or sim.dtype != F8 or sim.ndim != 1 or any(type(v) is not int for v in wrappers):
-            return False
+    def _ensure_layout(self, job: Job, sim: int, wrappers: int, pickled: bool) -> None:
+        """A segment whose rows fit ``job`` (made anew when its forms change or it has too few rows): ``sim`` values
+        and ``wrappers`` entries a state (0 when ``pickled``)."""
         assert self.obs_form is not None
         actions = job.actions
-        lay = Layout("", 1 << max(6, (job.n - 1).bit_length()), sim.shape[0], len(wrappers),
-                     (actions.dtype.str, actions.shape[1:]), self.obs_form, job.rollout.horizon if job.rollout else 0)
+        lay = Layout("", 1 << max(6, (job.n - 1).bit_length()), sim, wrappers, (actions.dtype.str, actions.shape[1:]),
+                     self.obs_form, job.rollout.horizon if job.rollout else 0, pickled)
         old = self.layout
-        if old is not None and (old.sim, old.wrappers, old.action, old.steps) == \
-                (lay.sim, lay.wrappers, lay.action, lay.steps) and job.n <= old.capacity:
-            return True
+        if old is not None and (old.sim, old.wrappers, old.action, old.steps, old.pickled) == \
+                (lay.sim, lay.wrappers, lay.action, lay.steps, lay.pickled) and job.n <= old.capacity:
+            return
         with ctrl_c_deferred():  # the segment, its layout and its columns change together
             self.close()  # (workers still mapping the old segment keep it until their next header names this one)
             slab = self.pool.feeder.slabs.acquire(lay.offsets()[1])
             layout = dataclasses.replace(lay, name=slab.name)
             self.slab, self.layout, self.key, self.cols = slab, layout, layout.key(), layout.columns(slab.buf)
-        return True
 
-    def _write_inputs(self, job: Job) -> list[Any] | None:
-        """Write ``job``'s states and actions into the input rows; the states' RNG values, or None when a state
-        does not fit (another form of simulator value or extra, no RNG value)."""
+    def _write_inputs(self, job: Job) -> Inputs | None:
+        """Write ``job``'s actions, and its states when they fit a row layout, into the input rows; None when the
+        states fit neither form (the caller takes the general path)."""
         states = job.states
         assert states is not None
-        first = states[0]
-        if not self._ensure_layout(job, first.sim, first.wrappers):
-            return None
-        n, c = job.n, self.cols
-        columns = getattr(states, "columns", None)
-        if type(columns) is StateColumns and columns.kind == self.kind:  # the rows of a lane call's result
-            c["in_sim"][:n] = columns.sims
-            c["in_extra"][:n] = columns.extras
-            c["in_wrappers"][:n] = columns.wrappers
-            rngs: list[Any] | None = columns.rngs
-        else:
-            rngs = self._write_states(states)
-        if rngs is not None:
-            c["actions"][:n] = job.actions
-        return rngs
+        n, rngs = job.n, None
+        if self.rows:
+            columns, first = getattr(states, "columns", None), states[0]
+            sim = first.sim
+            if type(columns) is StateColumns and columns.kind == self.kind:  # the rows of a lane call's result
+                self._ensure_layout(job, sim.shape[0], len(first.wrappers), False)
+                c = self.cols
+                c["in_sim"][:n] = columns.sims
+                c["in_extra"][:n] = columns.extras
+                c["in_wrappers"][:n] = columns.wrappers
+                rngs = columns.rngs
+            elif type(sim) is np.ndarray and sim.dtype == F8 and sim.ndim == 1 and all(
+                    type(v) is int for v in first.wrappers):
+                self._ensure_layout(job, sim.shape[0], len(first.wrappers), False)
+                rngs = self._write_states(states)
+        if rngs is None:
+            if not self.pickled:
+                return None
+            self._ensure_layout(job, 0, 0, True)
+        self.cols["actions"][:n] = job.actions
+        return Inputs(rngs, None if rngs is not None else list(states))
 
     def _write_states(self, states: Any) -> list[Any] | None:
-        """Write a list of states into the input rows (see :meth:`_write_inputs`)."""
+        """Write a list of states into the input rows of a row layout; their RNG values, or None when a state
+        does not fit (another form of simulator value or extra, no RNG value)."""
         n, c = len(states), self.cols
         sims = [s.sim for s in states]
         extras = [encode_extra(s.extra) for s in states]
@@ -189,24 +224,36 @@ class Lane:
         return rngs
 
     # ------------------------------------------------------------------ the call
-    def _call(self, job: Job, ready: list[int], step_seconds: float) -> dict[int, Reply]:
-        """Send the ``ready`` workers their rows and wait for every reply, by each one's first row."""
-        pool = self.pool
-        assert isinstance(job.dt, int)
-        chunks = split_by_cost(job.dt, job.n, max(1, min(len(ready), job.n // MIN_ROWS_PER_WORKER)))
-        due: dict[int, tuple[int, int]] = {}  # slot -> its rows (lo, hi)
-        for k, rows in zip(ready, chunks):
-            self._send(k, rows, job.dt)
+    def _call(self, job: Job, ready: list[int], step_seconds: float, n_chunks: int,
+              states: list[State] | None) -> dict[int, Reply]:
+        """Split ``job`` in ``n_chunks`` chunks (of :data:`MIN_ROWS_PER_WORKER` rows at least), send each of the ``ready``
+        workers one (with ``states``' of its rows, a pickled layout's) and the next to whichever answers first, and
+        wait for every reply, by each chunk's first row."""
+        pool, dt = self.pool, job.dt
+        assert isinstance(dt, int)
+        chunks = split_by_cost(dt, job.n, max(1, min(max(len(ready), n_chunks), job.n // MIN_ROWS_PER_WORKER)))
+        queue = deque(chunks)
+        due: dict[int, tuple[int, int]] = {}  # slot -> the rows (lo, hi) it was sent
+        tails: dict[tuple[int, int], bytes] = {}  # (kept for a replacement of a worker that died)
+
+        def send(k: int, rows: tuple[int, int]) -> None:
+            tail = tails.get(rows)
+            if tail is None:
+                tail = tails[rows] = b"" if states is None else pack_states_tail(states[rows[0]:rows[1]])
+            self._send(k, rows, dt, tail)
             due[k] = rows
+
+        for k in ready[:len(chunks)]:
+            send(k, queue.popleft())
         replies: dict[int, Reply] = {}
         # How long the longest chunk takes, from the env time a step took so far: the wait polls (for a reply due
         # within the worker class's spin time) only in a call that short, where a wake-up is a large share of it.
         expected = max(job.cost(lo, hi) for lo, hi in chunks) * step_seconds
-        due_at = time.monotonic() + expected
         while due:
             ks = list(due)
             now = time.monotonic()
             first = min((self.sent_at[k] + pool.timeout for k in ks), default=None) if pool.timeout else None
+            due_at = min(self.sent_at[k] for k in ks) + expected
             ready = pool.worker_type.wait_any([pool.slots[k].worker for k in ks],
                                               None if first is None else max(0.0, first - now), pool.wake_fd,
                                               max(due_at - now, expected))
@@ -216,20 +263,27 @@ class Lane:
                 k = ks[j]
                 got = self._read(k)
                 if got is not None:
-                    replies[due.pop(k)[0]] = got
+                    lo = due.pop(k)[0]
+                    replies[lo] = got
+                    if got.status == FULL:
+                        queue.clear()  # the general path runs the call again
+                    elif got.status == ERROR:  # the chunks before it still run: the first item that fails raises
+                        queue = deque(rows for rows in queue if rows[0] < lo)
+                    if queue:
+                        send(k, queue.popleft())
                 elif pool.slots[k].lane_due is None:  # it died: its replacement gets the same rows
                     pool.wait_started(k)
-                    self._send(k, due[k], job.dt)
+                    send(k, due[k])
             now = time.monotonic()
             for k in due:
                 if pool.timeout is not None and now > self.sent_at[k] + pool.timeout:
                     self._time_out(k, due[k], job.op.value)
         return replies
 
-    def _send(self, k: int, rows: tuple[int, int], dt: int) -> None:
+    def _send(self, k: int, rows: tuple[int, int], dt: int, tail: bytes) -> None:
         slot = self.pool.slots[k]
         call_id = self.pool.next_id()
-        header = HEADER.pack(TAG, call_id, rows[0], rows[1] - rows[0], dt, len(self.key)) + self.key
+        header = HEADER.pack(TAG, call_id, rows[0], rows[1] - rows[0], dt, len(self.key)) + self.key + tail
         self.sent_at[k] = time.monotonic()  # (its timeout counts from here: a replacement's anew)
         with ctrl_c_deferred():  # a header written is a header due
             slot.lane_due = (call_id, rows[0], rows[1] - rows[0])
@@ -254,9 +308,11 @@ class Lane:
         if slot.lane_due is None or call_id != slot.lane_due[0]:
             pool.stats["stray_replies"] += 1
             return None
+        rows = slot.lane_due[2]
         slot.lane_due = None
         pool.stats["busy_seconds"][k] += env_seconds
-        return Reply(status, bytes(data[REPLY.size:]), env_seconds, worker.name)
+        pool.stats["lane_chunks"] += 1
+        return Reply(status, bytes(data[REPLY.size:]), rows, env_seconds, worker.name)
 
     def _time_out(self, k: int, rows: tuple[int, int], op: str) -> None:
         pool, slot = self.pool, self.pool.slots[k]
@@ -269,14 +325,47 @@ class Lane:
                                  "it was killed and replaced")
 
     # ------------------------------------------------------------------ the result
-    def _result(self, job: Job, replies: dict[int, Reply], rngs: list[Any]) -> StepBatch | RolloutBatch:
+    def _result(self, job: Job, replies: dict[int, Reply], rngs: list[Any] | None) -> StepBatch | RolloutBatch:
+        """The call's result (``rngs``: a row layout's states' RNG values; None: the states came pickled)."""
         errors = [reraise(r.tail, f"raised in {r.worker} during {job.op.value}", lo)
                   for lo, r in replies.items() if r.status == ERROR]
         if errors:
             raise min(errors, key=lambda e: (failed_item(e) is None, failed_item(e) or 0))
-        n, c, kind, trust = job.n, self.cols, self.kind, self.trust
+        n, c = job.n, self.cols
         observations = c["obs"][:n].copy()
         observations.flags.writeable = False
+        steps = c["n_steps"][:n].tolist()
+        rollout = job.rollout is not None
+        infos = [{} for _ in range(n)] if rollout else [{"n_steps": k} for k in steps]  # (a rollout's: a field)
+        parts = []
+        for lo, r in sorted(replies.items()):
+            got = None
+            if r.status == INFOS:
+                got = pickle.loads(r.tail)
+            elif r.status == STATES:
+                packed, got = pickle.loads(r.tail)
+                parts.append((lo, lo + r.rows, state_maker(packed, {}, "", self.trust)))
+            if got is not None:  # (the env's keys first, "n_steps" last, as the general path's)
+                if not rollout:
+                    for info, k in zip(got, steps[lo:lo + len(got)]):
+                        info["n_steps"] = k
+                infos[lo:lo + len(got)] = got
+        states = StateBatch(n, parts, observations) if rngs is None else self._row_states(n, rngs, observations)
+        stats = self.pool.stats
+        stats["batches"] += 1
+        stats["items"] += n
+        stats["lane_batches"] += 1
+        env_seconds = sum(r.env_seconds for r in replies.values())
+        stats["env_seconds"] += env_seconds
+        self.last_step_seconds = env_seconds / max(1, sum(steps))
+        outcomes = (c["rewards"][:n].copy(), c["terminations"][:n].copy(), c["truncations"][:n].copy())
+        if rollout:
+            return RolloutBatch(states, observations, *outcomes, c["n_steps"][:n].copy(), infos)
+        return StepBatch(states, observations, *outcomes, infos)
+
+    def _row_states(self, n: int, rngs: list[Any], observations: np.ndarray) -> StateBatch:
+        """The states of a row layout's output rows (made when read), and their columns."""
+        c, kind, trust = self.cols, self.kind, self.trust
         sims = c["out_sim"][:n].copy()
         sims.flags.writeable = False
         extra_col, wrappers_col = c["out_extra"][:n].copy(), c["out_wrappers"][:n].copy()
@@ -287,25 +376,4 @@ class Lane:
             return State.of_frozen(kind, sims[k], decode_extra(extras[k]), rngs[k], tuple(wrappers_col[k].tolist()),
                                    None, trust)
 
-        steps = c["n_steps"][:n].tolist()
-        rollout = job.rollout is not None
-        infos = [{} for _ in range(n)] if rollout else [{"n_steps": k} for k in steps]  # (a rollout's: a field)
-        for lo, r in replies.items():
-            if r.status == INFOS:  # (the env's keys first, "n_steps" last, as the general path's)
-                got = pickle.loads(r.tail)
-                if not rollout:
-                    for info, k in zip(got, steps[lo:lo + len(got)]):
-                        info["n_steps"] = k
-                infos[lo:lo + len(got)] = got
-        stats = self.pool.stats
-        stats["batches"] += 1
-        stats["items"] += n
-        stats["lane_batches"] += 1
-        env_seconds = sum(r.env_seconds for r in replies.values())
-        stats["env_seconds"] += env_seconds
-        self.last_step_seconds = env_seconds / max(1, sum(steps))
-        states = StateBatch(n, [(0, n, make)], observations, StateColumns(kind, sims, extra_col, wrappers_col, rngs, trust))
-        outcomes = (c["rewards"][:n].copy(), c["terminations"][:n].copy(), c["truncations"][:n].copy())
-        if rollout:
-            return RolloutBatch(states, observations, *outcomes, c["n_steps"][:n].copy(), infos)
-        return StepBatch(states, observations, *outcomes, infos)
+        return StateBatch(n, [(0, n, make)], observations, StateColumns(kind, sims, extra_col, wrappers_col, rngs, trust))

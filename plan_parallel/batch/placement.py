@@ -134,13 +134,9 @@ class Placement:
         if place == "here":
             value = self.run_here_timed(decided, steps, job.n, lambda local: self.run_here(local, job), started)
             return BatchFuture.completed(job.n, value)
-        # The lane splits a batch once, a chunk a worker: one the tuner would split in more chunks than workers
-        # (each holding enough env time that a worker slowed by its neighbours is worth balancing) takes the
-        # general path, whose chunks go to the workers as they finish.
-        if place == "workers" and waited_in_full and self.lane is not None and self.lane.takes(job) \
-                and self.tuner.n_chunks(job.n, steps) <= self.tuner.n_workers:
+        if place == "workers" and waited_in_full and self.lane is not None and self.lane.takes(job):
             t0 = time.perf_counter() if started is None else started
-            value = self.lane.run(job, self.tuner.step_seconds)
+            value = self.lane.run(job, self.tuner.step_seconds, self.tuner.n_chunks(job.n, steps))
             if value is not None:
                 if timed_as:
                     self.tuner.learn(size_class, place, (time.perf_counter() - t0) / max(1, steps), timed_as)

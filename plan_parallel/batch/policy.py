@@ -65,10 +65,12 @@ class ExecutionPolicy:
             each still holds 10 ms of env time (250 ms on Ray) and writing them all costs this process under
             5 % of a worker's part: more chunks balance a worker slowed by its neighbours. 1: one chunk each.
         lane: (process) a ``step_batch``, or a ``rollout_batch`` of given actions, that its caller waits for,
-            of states with a fixed row (classic control and MuJoCo whose step draws nothing:
-            :meth:`~plan_parallel.state.Adapter.row_extra`), one int ``dt`` and no seeds, split in no more
-            chunks than workers, runs through one shared segment without the general path's chunks
-            (:mod:`plan_parallel.batch.lane`; the same results). False: every batch takes the general path.
+            with one int ``dt``, no seeds, and observations that are arrays of one form, runs through one shared
+            segment and a header a chunk instead of the general path's chunks (:mod:`plan_parallel.batch.lane`;
+            the same results): states as columns where their family has a fixed row
+            (:meth:`~plan_parallel.state.Adapter.row_extra`: classic control and MuJoCo whose step draws
+            nothing), else pickled when an observation is at most 16 KB. False: every batch takes the general
+            path.
 
     Raises:
         ValueError, TypeError: an option out of range or of the wrong type (named in the message).

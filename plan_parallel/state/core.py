@@ -125,10 +125,10 @@ class Adapter:
         return None
 
     def row_extra(self) -> str | None:
-        """Hook: ``"none"`` or ``"count"`` when this env's states fit a fixed row (the lane of
+        """Hook: ``"none"`` or ``"count"`` when this env's states fit a fixed row (the lane's row layout,
         :mod:`plan_parallel.wire.lane`): a float64 simulator array, an ``extra`` that is None (``"none"``) or
         None or a plain int >= 0 (``"count"``), and a step that draws nothing from the RNG; None (the default)
-        when they do not."""
+        when they do not (the lane then sends the states pickled)."""
         return None
 
     def check_extra(self, extra: Any) -> str | None:

@@ -7,24 +7,38 @@ counters, the actions), sends each worker a :data:`HEADER` naming its rows ``lo.
 results from the output columns of the same rows. A reply is a :data:`REPLY` header alone, unless it
 carries a pickled tail: the items' infos, the env's error, or results that do not fit the columns.
 
+States of any other form (a user env's ``get_state`` values, an RNG the step draws from) travel *pickled*
+(:attr:`Layout.pickled`): a header carries its rows' states as one pickle after the layout's key
+(:func:`pack_states_tail`), and the reply its results' states and infos (status :data:`STATES`); the
+actions, observations and outcomes stay in the columns.
+
 Every lane message starts with :data:`TAG`; a pickle starts with ``0x80``, so a worker tells the two
 apart on the one pipe it reads in order (a ``set_state`` then a lane step run in that order).
 """
 from __future__ import annotations
 
 import math
+import pickle
 import struct
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-__all__ = ["ERROR", "FULL", "HEADER", "INFOS", "OK", "REPLY", "TAG", "Layout", "decode_extra", "encode_extra"]
+from plan_parallel.state import State
+from plan_parallel.wire.columns import pack_states
+from plan_parallel.wire.slabs import PROTOCOL, ArrayWriter
+
+__all__ = ["ERROR", "FULL", "HEADER", "INFOS", "OK", "REPLY", "STATES", "TAG", "Layout", "decode_extra", "encode_extra",
+           "pack_states_tail"]
 
 TAG = b"L"
 HEADER = struct.Struct("<cqiiiH")  # TAG, call id, lo, n, dt, length of the layout's key that follows
 REPLY = struct.Struct("<cqBd")  # TAG, call id, status, env seconds; a pickled tail follows unless OK
-OK, INFOS, FULL, ERROR = 0, 1, 2, 3  # statuses: columns only; + infos; results pickled whole; the env's error
+# statuses: columns only; + infos; results that do not fit (run again on the general path); the env's error;
+# a pickled layout's states and infos (pickle.dumps((the states packed, infos or None)))
+OK, INFOS, FULL, ERROR, STATES = 0, 1, 2, 3, 4
 NO_EXTRA = -1  # an ``extra`` of None in its column (a count of steps is never negative)
 ALIGN = 64
 
@@ -55,6 +69,7 @@ class Layout:
         action: the actions' dtype (``np.dtype.str``) and the shape of one action.
         obs: the observations' dtype and the shape of one observation.
         steps: a rollout's horizon T (the actions' and rewards' rows hold T steps); 0: a ``step_batch``.
+        pickled: the states travel pickled, in the headers and replies (``sim`` and ``wrappers`` are 0).
     """
 
     name: str
@@ -64,6 +79,7 @@ class Layout:
     action: tuple[str, tuple[int, ...]]
     obs: tuple[str, tuple[int, ...]]
     steps: int = 0
+    pickled: bool = False
 
     def forms(self) -> list[tuple[str, str, tuple[int, ...]]]:
         """``(column, dtype, row shape)`` for every column, in the segment's order."""
@@ -95,14 +111,23 @@ class Layout:
         """The layout as the bytes a header carries (a worker parses it once while it stays the same)."""
         a, o = self.action, self.obs
         return ";".join([self.name, str(self.capacity), str(self.sim), str(self.wrappers), a[0],
-                         ",".join(map(str, a[1])), o[0], ",".join(map(str, o[1])), str(self.steps)]).encode("ascii")
+                         ",".join(map(str, a[1])), o[0], ",".join(map(str, o[1])), str(self.steps),
+                         str(int(self.pickled))]).encode("ascii")
 
     @classmethod
     def from_key(cls, key: bytes) -> Layout:
-        name, capacity, sim, wrappers, adtype, ashape, odtype, oshape, steps = key.decode("ascii").split(";")
+        name, capacity, sim, wrappers, adtype, ashape, odtype, oshape, steps, pickled = key.decode("ascii").split(";")
 
         def shape(text: str) -> tuple[int, ...]:
             return tuple(int(x) for x in text.split(",")) if text else ()
 
         return cls(name, int(capacity), int(sim), int(wrappers), (adtype, shape(ashape)), (odtype, shape(oshape)),
-                   int(steps))
+                   int(steps), pickled == "1")
+
+
+def pack_states_tail(states: Sequence[State], infos: list[dict] | None = None, unique: bool = False) -> bytes:
+    """``(states packed, infos)`` as one pickle: a pickled layout's header tail (``infos`` None) and the tail of
+    its replies (status :data:`STATES`; ``infos`` None when every one is empty). The states are packed as the
+    general path packs them (:func:`~plan_parallel.wire.columns.pack_states`), every column in the message;
+    ``unique``: no state object is listed twice."""
+    return pickle.dumps((pack_states(states, ArrayWriter(None), "", False, unique), infos), PROTOCOL)

@@ -1,7 +1,8 @@
 """A worker's side of the lane (:mod:`plan_parallel.wire.lane`): the rows a header names, run on its env.
 
 The items run through the engine's own ``run_raw``, as a chunk of the general path does, so their
-results are the inline backend's; only where the inputs come from and the results go differs.
+results are the inline backend's; only where the inputs come from and the results go differs. The states
+of a pickled layout come in the header's tail and go back in the reply's (:func:`~plan_parallel.wire.lane.pack_states_tail`).
 """
 from __future__ import annotations
 
@@ -15,7 +16,21 @@ from plan_parallel.env.engine import EnvEngine
 from plan_parallel.errors import failed_item
 from plan_parallel.state import State
 from plan_parallel.state.core import get_rng_state
-from plan_parallel.wire.lane import ERROR, FULL, HEADER, INFOS, OK, REPLY, TAG, Layout, decode_extra, encode_extra
+from plan_parallel.wire.columns import unpack_states
+from plan_parallel.wire.lane import (
+    ERROR,
+    FULL,
+    HEADER,
+    INFOS,
+    OK,
+    REPLY,
+    STATES,
+    TAG,
+    Layout,
+    decode_extra,
+    encode_extra,
+    pack_states_tail,
+)
 from plan_parallel.wire.messages import remote_error
 from plan_parallel.wire.slabs import PROTOCOL, Slab
 
@@ -27,8 +42,9 @@ F8 = np.dtype(np.float64)
 class LaneRows:
     """The lane segment this worker attached (the one the last header named) and its columns.
 
-    The items' states carry one RNG value, the env's own (read once): the lane takes only envs whose
-    step draws nothing, and the caller gives each result the RNG value of the state it started from.
+    The items' states of a row layout carry one RNG value, the env's own (read once): such layouts are only
+    made for envs whose step draws nothing, and the caller gives each result the RNG value of the state it
+    started from. A pickled layout's states carry their own.
     """
 
     def __init__(self, engine: EnvEngine, kind: str) -> None:
@@ -39,6 +55,7 @@ class LaneRows:
         self.cols: dict[str, np.ndarray] = {}
         self.rng: dict | None = None
         self.steps = 0  # the attached layout's: a rollout's horizon, or 0 (step calls)
+        self.pickled = False  # the attached layout's: states travel pickled
 
     def close(self) -> None:
         if self.slab is not None:
@@ -52,7 +69,7 @@ class LaneRows:
         layout = Layout.from_key(key)
         self.slab = Slab(layout.name, layout.offsets()[1], create=False)
         self.cols = layout.columns(self.slab.buf)
-        self.steps = layout.steps
+        self.steps, self.pickled = layout.steps, layout.pickled
         self.key = key
         if self.rng is None:
             self.rng = get_rng_state(self.engine.adapter.u.np_random)
@@ -64,16 +81,24 @@ class LaneRows:
         try:
             self._attach(bytes(data[HEADER.size:HEADER.size + key_len]))
             t0 = time.perf_counter()  # (a segment's first mapping is not env time: the tuner reads it as a step's)
-            status, tail = self._run(lo, lo + n, dt)
+            if self.pickled:
+                packed, _ = pickle.loads(data[HEADER.size + key_len:])
+                status, tail = self._run(lo, lo + n, dt, unpack_states(packed, {}, "", n))
+            else:
+                status, tail = self._run(lo, lo + n, dt, self._states(lo, lo + n))
         except Exception as e:
             status, tail = ERROR, remote_error(e, failed_item(e))
         return REPLY.pack(TAG, call_id, status, time.perf_counter() - t0) + tail
 
-    def _run(self, lo: int, hi: int, dt: int) -> tuple[int, bytes]:
+    def _states(self, lo: int, hi: int) -> list[State]:
+        """The states of rows lo..hi of a row layout."""
         c, kind, rng = self.cols, self.kind, self.rng
         sims = c["in_sim"][lo:hi].copy()
-        states = [State.captured(kind, sim, decode_extra(extra), rng, tuple(wrappers), None, None)
-                  for sim, extra, wrappers in zip(sims, c["in_extra"][lo:hi].tolist(), c["in_wrappers"][lo:hi].tolist())]
+        return [State.captured(kind, sim, decode_extra(extra), rng, tuple(wrappers), None, None)
+                for sim, extra, wrappers in zip(sims, c["in_extra"][lo:hi].tolist(), c["in_wrappers"][lo:hi].tolist())]
+
+    def _run(self, lo: int, hi: int, dt: int, states: list[State]) -> tuple[int, bytes]:
+        c = self.cols
         actions = c["actions"][lo:hi].copy()
         if self.steps:  # a rollout of T steps an item (infos without "n_steps": that is a field of its own)
             parts = self.engine.rollout_raw(states, actions, dt, self.steps, first_index=lo, n=hi - lo)
@@ -85,14 +110,16 @@ class LaneRows:
             steps = [info.pop("n_steps") for info in infos]
         if not self._fits(out_states, obs):
             return FULL, b""
-        c["out_sim"][lo:hi] = [s.sim for s in out_states]
-        c["out_extra"][lo:hi] = [encode_extra(s.extra) for s in out_states]
-        c["out_wrappers"][lo:hi] = [s.wrappers for s in out_states]
         c["obs"][lo:hi] = obs
         c["rewards"][lo:hi] = np.array(rewards, dtype=np.float64)
         c["terminations"][lo:hi] = np.array(terms, dtype=bool)
         c["truncations"][lo:hi] = np.array(truncs, dtype=bool)
         c["n_steps"][lo:hi] = steps
+        if self.pickled:
+            return STATES, pack_states_tail(out_states, infos if any(infos) else None)
+        c["out_sim"][lo:hi] = [s.sim for s in out_states]
+        c["out_extra"][lo:hi] = [encode_extra(s.extra) for s in out_states]
+        c["out_wrappers"][lo:hi] = [s.wrappers for s in out_states]
         if any(infos):
             return INFOS, pickle.dumps(infos, PROTOCOL)
         return OK, b""
@@ -103,11 +130,13 @@ class LaneRows:
         sim_shape, n_wrappers = c["out_sim"].shape[1:], c["out_wrappers"].shape[1]
         obs_col = c["obs"]
         for s, o in zip(states, obs):
+            if type(o) is not np.ndarray or o.dtype != obs_col.dtype or o.shape != obs_col.shape[1:]:
+                return False
+            if self.pickled:
+                continue
             sim: Any = s.sim
             if type(sim) is not np.ndarray or sim.dtype != F8 or sim.shape != sim_shape or encode_extra(s.extra) is None:
                 return False
             if len(s.wrappers) != n_wrappers or any(type(v) is not int for v in s.wrappers):
-                return False
-            if type(o) is not np.ndarray or o.dtype != obs_col.dtype or o.shape != obs_col.shape[1:]:
                 return False
         return True
