@@ -32,6 +32,7 @@ from plan_parallel.workers.server import build_server
 from tests.conftest_leaks import live_children
 from tests.deadline import call_with_deadline
 from tests.envs import ArrayStateEnv, CounterEnv, NumpyInfoEnv
+from tests.envs_faults import SlowOrRaisingEnv
 from tests.helpers import assert_batches_equal
 from tests.test_interrupts import Interrupt, InterruptAtLine
 
@@ -199,6 +200,25 @@ def test_a_worker_killed_during_a_lane_call_is_replaced_and_its_rows_sent_again(
         assert env.stats["restarts"] == 1 and env.pids[0] != victim
         assert env.stats["lane_batches"] == lane_before + 1, "the call ran in the lane"
         assert_batches_equal(call(), want())
+
+
+@pytest.mark.timeout(120)
+def test_a_worker_killed_after_its_last_chunk_while_another_runs_is_replaced_and_the_call_is_exact() -> None:
+    """Worker 0 answers its 4 quick items and is SIGKILLed while worker 1 still sleeps through its 4 (0.4 s
+    each): the call notices the death (it still polls the worker), replaces it, and returns inline's results."""
+    with pp.make(SlowOrRaisingEnv, backend="inline", delay=0.4) as ref, \
+            pp.make(SlowOrRaisingEnv, delay=0.4, execution=on_workers(2)) as env:
+        s = ref.reset(seed=3)[0]
+        acts = np.array([0, 0, 0, 0, 1, 1, 1, 1])
+        env.step_batch(np.zeros(8, dtype=np.int64), [s] * 8)  # (the states are the workers')
+        lanes, victim = env.stats["lane_batches"], env.pids[0]
+        killer = threading.Timer(0.5, lambda: os.kill(victim, signal.SIGKILL))
+        killer.start()
+        got = call_with_deadline(lambda: env.step_batch(acts, [s] * 8), 30.0, "the call a finished worker died in")
+        killer.join()
+        assert_batches_equal(got, ref.step_batch(acts, [s] * 8))
+        assert env.stats["lane_batches"] == lanes + 1 and env.stats["restarts"] == 1 and env.pids[0] != victim
+        assert_batches_equal(env.step_batch(acts[:4], [s] * 4), ref.step_batch(acts[:4], [s] * 4))
 
 
 @pytest.mark.timeout(120)

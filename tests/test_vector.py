@@ -391,7 +391,7 @@ RECOVERY_CASES = {"cartpole": ("CartPole-v1", {}, False),
 @pytest.mark.parametrize("case", list(RECOVERY_CASES))
 def test_recovers_from_a_killed_worker(case: str, mode: AutoresetMode) -> None:
     env, kw, bound = RECOVERY_CASES[case]
-    n, steps = 6, 80
+    n, steps = 8, 80  # (the lane gives a worker 4 items at least: 8 sub-envs use both workers, and see both deaths)
     ref = oracle(env, n, mode, bound=bound, **kw)
     with make(env, n, mode, "process", 2, **kw) as vec:
         assert vec.recover

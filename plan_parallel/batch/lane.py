@@ -128,10 +128,11 @@ class Lane:
                 and (spec is None or (not spec.return_all and spec.policy is None and job.policy is None))
                 and job.seeds is None and type(job.dt) is int and 0 < job.n <= MAX_ROWS
                 and isinstance(job.actions, np.ndarray) and not job.actions.dtype.hasobject
-                and self._trusted(job.states))
+                and (job.validated or self._trusted(job.states)))
 
     def _trusted(self, states: Any) -> bool:
-        """Whether the workers or the env in this process made or checked every one of ``states``."""
+        """Whether the workers or the env in this process made or checked every one of ``states`` (a job's
+        ``validated`` states, a vector env's, were checked by its env in this process)."""
         local, columns = self.local_token, getattr(states, "columns", None)
         if type(columns) is StateColumns:
             return columns.token is self.trust or (local is not None and columns.token is local)
@@ -249,11 +250,14 @@ class Lane:
         # How long the longest chunk takes, from the env time a step took so far: the wait polls (for a reply due
         # within the worker class's spin time) only in a call that short, where a wake-up is a large share of it.
         expected = max(job.cost(lo, hi) for lo, hi in chunks) * step_seconds
+        # The call's workers are polled in one order until it ends (the worker class reuses its poll object while
+        # the same pipes are polled; one that answered its last chunk is still polled, for its death).
+        polled = sorted(due)
         while due:
-            ks = list(due)
+            ks = list(polled)
             now = time.monotonic()
-            first = min((self.sent_at[k] + pool.timeout for k in ks), default=None) if pool.timeout else None
-            due_at = min(self.sent_at[k] for k in ks) + expected
+            first = min(self.sent_at[k] for k in due) + pool.timeout if pool.timeout else None
+            due_at = min(self.sent_at[k] for k in due) + expected
             ready = pool.worker_type.wait_any([pool.slots[k].worker for k in ks],
                                               None if first is None else max(0.0, first - now), pool.wake_fd,
                                               max(due_at - now, expected))
@@ -261,6 +265,12 @@ class Lane:
                 raise ClosedError("the env was closed while this batch was in flight")
             for j in ready:
                 k = ks[j]
+                if k not in due:  # done with this call: its death (it is replaced) or a stray reply woke it
+                    worker = pool.slots[k].worker
+                    self._read(k)
+                    if pool.slots[k].worker is not worker:
+                        polled.remove(k)
+                    continue
                 got = self._read(k)
                 if got is not None:
                     lo = due.pop(k)[0]
