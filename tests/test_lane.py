@@ -222,6 +222,53 @@ def test_a_worker_killed_after_its_last_chunk_while_another_runs_is_replaced_and
 
 
 @pytest.mark.timeout(120)
+def test_steps_and_rollouts_alternating_keep_a_segment_each_and_stay_exact() -> None:
+    """A planner alternates step and rollout calls: each form keeps its segment (the workers map it once), up to
+    MAX_SEGMENTS forms, the least recently used given back first; every call equal to inline."""
+    from plan_parallel.wire.lane import MAX_SEGMENTS
+
+    with pp.make("CartPole-v1", backend="inline") as ref, pp.make("CartPole-v1", execution=on_workers(2)) as env:
+        lane = batch_engine_of(env).placement.lane
+        s = ref.reset(seed=6)[0]
+        states: Any = list(env.step_batch(np.zeros(8, dtype=np.int64), [s] * 8).states)
+        want_states: Any = list(ref.step_batch(np.zeros(8, dtype=np.int64), [s] * 8).states)
+        names: set[str] = set()
+        for k in range(2 * MAX_SEGMENTS + 2):
+            horizon = 3 if k < 6 else k  # two forms, then a new horizon every call
+            seqs = np.arange(8 * horizon).reshape(8, horizon) % 2
+            assert_rollouts_equal(env.rollout_batch(states, seqs), ref.rollout_batch(want_states, seqs))
+            names |= {seg.slab.name for seg in lane.segments.values()}
+            got, want = env.step_batch(seqs[:, 0], states), ref.step_batch(seqs[:, 0], want_states)
+            assert_batches_equal(got, want)
+            states, want_states = got.states, want.states
+            if k == 5:
+                assert len(lane.segments) == 2 and len(names) == 2, "each form kept its segment"
+        assert len(lane.segments) == MAX_SEGMENTS
+        assert env.stats["lane_batches"] == 2 * (2 * MAX_SEGMENTS + 2)
+
+
+@pytest.mark.timeout(120)
+def test_items_of_a_millisecond_get_a_worker_each() -> None:
+    """A chunk holds at least WAKE_SECONDS of env time, up to 4 items: 4 items of 10 ms on 4 workers run one a
+    worker once a step's time is known; 8 CartPole items (~20-40 us each) run 4 a worker."""
+    with pp.make(SlowOrRaisingEnv, backend="inline", delay=0.01) as ref, \
+            pp.make(SlowOrRaisingEnv, delay=0.01, execution=on_workers(4)) as env:
+        s = ref.reset(seed=1)[0]
+        acts = np.ones(4, dtype=np.int64)
+        env.step_batch(acts, [s] * 4)  # (the states are the workers', a step's time is known)
+        chunks = env.stats["lane_chunks"]
+        assert_batches_equal(env.step_batch(acts, [s] * 4), ref.step_batch(acts, [s] * 4))
+        assert env.stats["lane_chunks"] - chunks == 4
+    with pp.make("CartPole-v1", execution=on_workers(4)) as env:
+        s = env.reset(seed=1)[0]
+        for _ in range(3):  # (the tuner learns a step's time: ~20-40 us here)
+            env.step_batch(np.ones(512, dtype=np.int64), [s] * 512)
+        chunks = env.stats["lane_chunks"]
+        env.step_batch(np.ones(8, dtype=np.int64), [s] * 8)
+        assert env.stats["lane_chunks"] - chunks == 2, "8 CartPole items on 4 workers: 4 a chunk"
+
+
+@pytest.mark.timeout(120)
 def test_a_batch_the_tuner_splits_for_balance_runs_in_the_lane_in_more_chunks_than_workers() -> None:
     """~0.5 s of CartPole steps: the tuner splits it in up to 3 chunks a worker, which the lane hands out as
     workers finish (a worker slowed by its neighbours takes fewer). Same results as inline."""
@@ -328,7 +375,7 @@ def test_a_reply_to_another_call_is_dropped_and_counted() -> None:
         env.step_batch(acts, [s] * 4)  # the segment exists, the states are trusted
         engine = batch_engine_of(env)
         lane, worker = engine.placement.lane, engine.pool.slots[0].worker
-        worker.send(HEADER.pack(TAG, 10**12, 0, 2, 1, len(lane.key)) + lane.key)  # a call no one waits for
+        worker.send(HEADER.pack(TAG, 10**12, 0, 2, 1, 0, len(lane.key)) + lane.key)  # a call no one waits for
         replied = select.poll()
         replied.register(worker.handles()[0], select.POLLIN)
         assert replied.poll(10_000), "the worker answered the header"
@@ -347,7 +394,7 @@ def test_an_env_error_in_a_lane_serve_travels_with_its_item() -> None:
         job = step_job(env.action_space, env.kind, env.reseedable, lambda: s, np.array([0, 1]), [s, s], 1, None)
         lane._write_inputs(job)
         lane.cols["actions"][1] = 5
-        reply = server.lane.serve(HEADER.pack(TAG, 3, 0, 2, 1, len(lane.key)) + lane.key)
+        reply = server.lane.serve(HEADER.pack(TAG, 3, 0, 2, 1, 0, len(lane.key)) + lane.key)
         _, call_id, status, _ = REPLY.unpack_from(reply)
         exc, _, item = pickle.loads(reply[REPLY.size:])
         assert (call_id, status, type(exc), item) == (3, ERROR, AssertionError, 1)
@@ -382,3 +429,20 @@ def test_a_lane_batch_of_states_given_to_an_env_of_another_kind_fails_as_inline(
         with pytest.raises(pp.StateError) as lane_error:
             other.step_batch(np.array([0, 1]), batch.states)
         assert str(lane_error.value) == str(inline_error.value)
+
+
+@pytest.mark.timeout(120)
+def test_a_vector_envs_validated_states_take_the_lane_and_the_workers_check_them() -> None:
+    """A vector env's states were validated by its own env in this process: the lane takes them (a step after a
+    SAME_STEP reset), and the workers check the ones they did not make, as a chunk's: another env's state fails
+    with step_batch's StateError, naming its item."""
+    with pp.make("CartPole-v1", execution=on_workers(2)) as env, pp.make("Pendulum-v1", backend="inline") as other, \
+            pp.make("CartPole-v1", backend="inline") as ref:
+        good, bad = ref.reset(seed=0)[0], other.reset(seed=0)[0]
+        engine = batch_engine_of(env)
+        got = engine.step_batch_checked(np.array([0, 1, 1, 0]), [good] * 4, 1, validated=True)
+        assert_batches_equal(got, ref.step_batch(np.array([0, 1, 1, 0]), [good] * 4))
+        assert env.stats["lane_batches"] == 1
+        with pytest.raises(pp.StateError, match=r"states\[1\]"):
+            engine.step_batch_checked(np.array([0, 1]), [good, bad], 1, validated=True)
+        assert env.stats["lane_chunks"] == 2

@@ -2,9 +2,9 @@
 
 A ``step_batch`` (or a ``rollout_batch`` of given actions) the caller waits for, of states the workers or
 this process made or checked, with one int ``dt`` and no seeds, of an env whose observations are arrays of
-one form, runs here when the pool is idle (and the tuner would not split it in more chunks than workers:
-:class:`~plan_parallel.batch.placement.Placement`): its inputs are written once into the columns of one
-shared segment (:mod:`plan_parallel.wire.lane`), each worker gets a header naming its rows, and the results
+one form, runs here when the pool is idle (:class:`~plan_parallel.batch.placement.Placement`): its inputs
+are written once into the columns of a shared segment (:mod:`plan_parallel.wire.lane`), each worker gets a
+header naming the rows of a chunk (the next chunk goes to whichever worker answers first), and the results
 are read from the output columns. States whose family fits a fixed row
 (:meth:`~plan_parallel.state.Adapter.row_extra`) are columns too; any other states travel pickled in the
 headers and replies, when an observation is small enough (:data:`MAX_PICKLED_OBS_BYTES`). No chunk, part,
@@ -24,6 +24,7 @@ What the pool guarantees holds here too, under its lock and its guard:
 from __future__ import annotations
 
 import dataclasses
+import math
 import pickle
 import time
 from collections import deque
@@ -47,6 +48,7 @@ from plan_parallel.wire.lane import (
     FULL,
     HEADER,
     INFOS,
+    MAX_SEGMENTS,
     REPLY,
     STATES,
     TAG,
@@ -58,16 +60,27 @@ from plan_parallel.wire.lane import (
 from plan_parallel.wire.messages import WorkerInfo, reraise
 from plan_parallel.wire.slabs import Slab
 
-__all__ = ["MAX_PICKLED_OBS_BYTES", "MAX_ROWS", "MIN_ROWS_PER_WORKER", "Lane"]
+__all__ = ["MAX_PICKLED_OBS_BYTES", "MAX_ROWS", "MIN_ROWS_PER_WORKER", "WAKE_SECONDS", "Lane"]
 
 MAX_ROWS = 4096  # a larger batch takes the general path (its chunks stream; the lane's rows are one segment)
-# A worker takes at least this many items of a call: a wake-up and a cold start cost about what 1-2
-# CartPole steps do, so fewer wake-ups beat more workers for tiny calls (docs/measurements.md, the lane).
+# A chunk holds at least WAKE_SECONDS of env time, up to MIN_ROWS_PER_WORKER items (that many while a step's time
+# is not known yet): a woken worker spends ~150 us of CPU on a chunk besides its items (docs/measurements.md, the
+# lane), so fewer wake-ups beat more workers for CartPole's ~20-40 us items, and an item of 1 ms is worth a worker.
 MIN_ROWS_PER_WORKER = 4
+WAKE_SECONDS = 150e-6
 # States that travel pickled take the lane when an observation has at most this many bytes: larger ones are
 # copied out of the segment a call, where the general path's workers write them into the result's own array.
 MAX_PICKLED_OBS_BYTES = 16384
 F8 = np.dtype(np.float64)
+
+
+class Segment(NamedTuple):
+    """A shared segment of the lane, as the caller holds it."""
+
+    slab: Slab
+    layout: Layout
+    key: bytes  # the layout as a header carries it
+    cols: dict[str, np.ndarray]
 
 
 class Inputs(NamedTuple):
@@ -109,17 +122,22 @@ class Lane:
         self.obs_form = (np.dtype(space.dtype).str, tuple(space.shape)) if box else None
         self.rows = info.row_extra is not None  # states may fit a row layout
         self.pickled = box and space.dtype.itemsize * int(np.prod(space.shape)) <= MAX_PICKLED_OBS_BYTES
+        # The segment of the last call (its layout, the key a header carries, its columns), and those of the last
+        # MAX_SEGMENTS forms of call (a planner alternates steps and rollouts: each keeps its own, mapped by the
+        # workers once).
         self.layout: Layout | None = None
         self.key = b""
         self.slab: Slab | None = None
         self.cols: dict[str, np.ndarray] = {}
+        self.segments: dict[tuple, Segment] = {}
 
     def close(self) -> None:
-        """Give the segment back to the pool's slabs (they are freed when the pool closes, at exit too)."""
+        """Give the segments back to the pool's slabs (they are freed when the pool closes, at exit too)."""
         with ctrl_c_deferred():  # released once: a slab in the free list twice would serve two calls
-            if self.slab is not None:
-                self.pool.feeder.slabs.release(self.slab)
-            self.slab, self.layout, self.cols = None, None, {}
+            for segment in self.segments.values():
+                self.pool.feeder.slabs.release(segment.slab)
+            self.segments = {}
+            self.slab, self.layout, self.key, self.cols = None, None, b"", {}
 
     def takes(self, job: Job) -> bool:
         """Whether ``job`` may run in the lane (the pool's idleness is asked under its lock, in :meth:`run`)."""
@@ -132,7 +150,7 @@ class Lane:
 
     def _trusted(self, states: Any) -> bool:
         """Whether the workers or the env in this process made or checked every one of ``states`` (a job's
-        ``validated`` states, a vector env's, were checked by its env in this process)."""
+        ``validated`` states, a vector env's, are taken too: the workers check them, :meth:`_call`)."""
         local, columns = self.local_token, getattr(states, "columns", None)
         if type(columns) is StateColumns:
             return columns.token is self.trust or (local is not None and columns.token is local)
@@ -160,21 +178,25 @@ class Lane:
 
     # ------------------------------------------------------------------ inputs
     def _ensure_layout(self, job: Job, sim: int, wrappers: int, pickled: bool) -> None:
-        """A segment whose rows fit ``job`` (made anew when its forms change or it has too few rows): ``sim`` values
-        and ``wrappers`` entries a state (0 when ``pickled``)."""
+        """Make current a segment whose rows fit ``job``: the one kept for its forms of rows, made anew when there
+        is none or it has too few rows. ``sim`` values and ``wrappers`` entries a state (0 when ``pickled``)."""
         assert self.obs_form is not None
         actions = job.actions
         lay = Layout("", 1 << max(6, (job.n - 1).bit_length()), sim, wrappers, (actions.dtype.str, actions.shape[1:]),
                      self.obs_form, job.rollout.horizon if job.rollout else 0, pickled)
-        old = self.layout
-        if old is not None and (old.sim, old.wrappers, old.action, old.steps, old.pickled) == \
-                (lay.sim, lay.wrappers, lay.action, lay.steps, lay.pickled) and job.n <= old.capacity:
-            return
-        with ctrl_c_deferred():  # the segment, its layout and its columns change together
-            self.close()  # (workers still mapping the old segment keep it until their next header names this one)
-            slab = self.pool.feeder.slabs.acquire(lay.offsets()[1])
-            layout = dataclasses.replace(lay, name=slab.name)
-            self.slab, self.layout, self.key, self.cols = slab, layout, layout.key(), layout.columns(slab.buf)
+        forms = (lay.sim, lay.wrappers, lay.action, lay.steps, lay.pickled)
+        with ctrl_c_deferred():  # the segments, the current one's layout and its columns change together
+            segment = self.segments.pop(forms, None)
+            if segment is None or job.n > segment.layout.capacity:
+                if segment is not None:  # (workers mapping the old one keep it until their next header names another)
+                    self.pool.feeder.slabs.release(segment.slab)
+                if len(self.segments) >= MAX_SEGMENTS:
+                    self.pool.feeder.slabs.release(self.segments.pop(next(iter(self.segments))).slab)
+                slab = self.pool.feeder.slabs.acquire(lay.offsets()[1])
+                layout = dataclasses.replace(lay, name=slab.name)
+                segment = Segment(slab, layout, layout.key(), layout.columns(slab.buf))
+            self.segments[forms] = segment  # (the most recently used last)
+            self.slab, self.layout, self.key, self.cols = segment
 
     def _write_inputs(self, job: Job) -> Inputs | None:
         """Write ``job``'s actions, and its states when they fit a row layout, into the input rows; None when the
@@ -227,12 +249,17 @@ class Lane:
     # ------------------------------------------------------------------ the call
     def _call(self, job: Job, ready: list[int], step_seconds: float, n_chunks: int,
               states: list[State] | None) -> dict[int, Reply]:
-        """Split ``job`` in ``n_chunks`` chunks (of :data:`MIN_ROWS_PER_WORKER` rows at least), send each of the ``ready``
+        """Split ``job`` in ``n_chunks`` chunks (of :data:`WAKE_SECONDS` of env time at least), send each of the ``ready``
         workers one (with ``states``' of its rows, a pickled layout's) and the next to whichever answers first, and
         wait for every reply, by each chunk's first row."""
         pool, dt = self.pool, job.dt
         assert isinstance(dt, int)
-        chunks = split_by_cost(dt, job.n, max(1, min(max(len(ready), n_chunks), job.n // MIN_ROWS_PER_WORKER)))
+        # A vector env's states (validated with its own env in this process) that no worker made or checked are
+        # checked by the workers first, as a chunk's are.
+        check = job.validated and not self._trusted(job.states)
+        item = job.cost(0, 1) * step_seconds  # an item's env seconds (0: not measured yet)
+        least = MIN_ROWS_PER_WORKER if item <= 0 else max(1, min(MIN_ROWS_PER_WORKER, math.ceil(WAKE_SECONDS / item)))
+        chunks = split_by_cost(dt, job.n, max(1, min(max(len(ready), n_chunks), job.n // least)))
         queue = deque(chunks)
         due: dict[int, tuple[int, int]] = {}  # slot -> the rows (lo, hi) it was sent
         tails: dict[tuple[int, int], bytes] = {}  # (kept for a replacement of a worker that died)
@@ -241,7 +268,7 @@ class Lane:
             tail = tails.get(rows)
             if tail is None:
                 tail = tails[rows] = b"" if states is None else pack_states_tail(states[rows[0]:rows[1]])
-            self._send(k, rows, dt, tail)
+            self._send(k, rows, dt, check, tail)
             due[k] = rows
 
         for k in ready[:len(chunks)]:
@@ -290,10 +317,10 @@ class Lane:
                     self._time_out(k, due[k], job.op.value)
         return replies
 
-    def _send(self, k: int, rows: tuple[int, int], dt: int, tail: bytes) -> None:
+    def _send(self, k: int, rows: tuple[int, int], dt: int, check: bool, tail: bytes) -> None:
         slot = self.pool.slots[k]
         call_id = self.pool.next_id()
-        header = HEADER.pack(TAG, call_id, rows[0], rows[1] - rows[0], dt, len(self.key)) + self.key + tail
+        header = HEADER.pack(TAG, call_id, rows[0], rows[1] - rows[0], dt, check, len(self.key)) + self.key + tail
         self.sent_at[k] = time.monotonic()  # (its timeout counts from here: a replacement's anew)
         with ctrl_c_deferred():  # a header written is a header due
             slot.lane_due = (call_id, rows[0], rows[1] - rows[0])

@@ -30,15 +30,17 @@ from plan_parallel.state import State
 from plan_parallel.wire.columns import pack_states
 from plan_parallel.wire.slabs import PROTOCOL, ArrayWriter
 
-__all__ = ["ERROR", "FULL", "HEADER", "INFOS", "OK", "REPLY", "STATES", "TAG", "Layout", "decode_extra", "encode_extra",
-           "pack_states_tail"]
+__all__ = ["ERROR", "FULL", "HEADER", "INFOS", "MAX_SEGMENTS", "OK", "REPLY", "STATES", "TAG", "Layout", "decode_extra",
+           "encode_extra", "pack_states_tail"]
 
 TAG = b"L"
-HEADER = struct.Struct("<cqiiiH")  # TAG, call id, lo, n, dt, length of the layout's key that follows
+# TAG, call id, lo, n, dt, check (1: the worker checks the states first), length of the layout's key that follows
+HEADER = struct.Struct("<cqiiiBH")
 REPLY = struct.Struct("<cqBd")  # TAG, call id, status, env seconds; a pickled tail follows unless OK
 # statuses: columns only; + infos; results that do not fit (run again on the general path); the env's error;
 # a pickled layout's states and infos (pickle.dumps((the states packed, infos or None)))
 OK, INFOS, FULL, ERROR, STATES = 0, 1, 2, 3, 4
+MAX_SEGMENTS = 4  # segments a lane keeps (one a form of call: a planner alternates steps and rollouts), mapped by each worker
 NO_EXTRA = -1  # an ``extra`` of None in its column (a count of steps is never negative)
 ALIGN = 64
 
@@ -125,9 +127,8 @@ class Layout:
                    int(steps), pickled == "1")
 
 
-def pack_states_tail(states: Sequence[State], infos: list[dict] | None = None, unique: bool = False) -> bytes:
+def pack_states_tail(states: Sequence[State], infos: list[dict] | None = None) -> bytes:
     """``(states packed, infos)`` as one pickle: a pickled layout's header tail (``infos`` None) and the tail of
     its replies (status :data:`STATES`; ``infos`` None when every one is empty). The states are packed as the
-    general path packs them (:func:`~plan_parallel.wire.columns.pack_states`), every column in the message;
-    ``unique``: no state object is listed twice."""
-    return pickle.dumps((pack_states(states, ArrayWriter(None), "", False, unique), infos), PROTOCOL)
+    general path packs them (:func:`~plan_parallel.wire.columns.pack_states`), every column in the message."""
+    return pickle.dumps((pack_states(states, ArrayWriter(None), "", False), infos), PROTOCOL)

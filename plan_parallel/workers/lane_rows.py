@@ -22,6 +22,7 @@ from plan_parallel.wire.lane import (
     FULL,
     HEADER,
     INFOS,
+    MAX_SEGMENTS,
     OK,
     REPLY,
     STATES,
@@ -40,7 +41,8 @@ F8 = np.dtype(np.float64)
 
 
 class LaneRows:
-    """The lane segment this worker attached (the one the last header named) and its columns.
+    """The lane segments this worker attached (the last :data:`~plan_parallel.wire.lane.MAX_SEGMENTS` keys headers
+    named, as the caller keeps them) and the current one's columns.
 
     The items' states of a row layout carry one RNG value, the env's own (read once): such layouts are only
     made for envs whose step draws nothing, and the caller gives each result the RNG value of the state it
@@ -51,24 +53,29 @@ class LaneRows:
         self.engine = engine
         self.kind = kind
         self.key = b""
-        self.slab: Slab | None = None
+        self.mapped: dict[bytes, tuple[Slab, dict[str, np.ndarray], Layout]] = {}  # key -> its mapping (last used last)
         self.cols: dict[str, np.ndarray] = {}
         self.rng: dict | None = None
-        self.steps = 0  # the attached layout's: a rollout's horizon, or 0 (step calls)
-        self.pickled = False  # the attached layout's: states travel pickled
+        self.steps = 0  # the current layout's: a rollout's horizon, or 0 (step calls)
+        self.pickled = False  # the current layout's: states travel pickled
 
     def close(self) -> None:
-        if self.slab is not None:
-            self.slab.close()
-        self.slab, self.key, self.cols = None, b"", {}
+        for slab, _, _ in self.mapped.values():
+            slab.close()
+        self.mapped, self.key, self.cols = {}, b"", {}
 
     def _attach(self, key: bytes) -> None:
         if key == self.key:
             return
-        self.close()
-        layout = Layout.from_key(key)
-        self.slab = Slab(layout.name, layout.offsets()[1], create=False)
-        self.cols = layout.columns(self.slab.buf)
+        got = self.mapped.pop(key, None)
+        if got is None:
+            if len(self.mapped) >= MAX_SEGMENTS:
+                self.mapped.pop(next(iter(self.mapped)))[0].close()
+            layout = Layout.from_key(key)
+            slab = Slab(layout.name, layout.offsets()[1], create=False)
+            got = (slab, layout.columns(slab.buf), layout)
+        self.mapped[key] = got
+        _, self.cols, layout = got
         self.steps, self.pickled = layout.steps, layout.pickled
         self.key = key
         if self.rng is None:
@@ -76,16 +83,19 @@ class LaneRows:
 
     def serve(self, data: bytes) -> bytes:
         """The reply to one lane header (env errors travel in it, as a chunk's do)."""
-        _, call_id, lo, n, dt, key_len = HEADER.unpack_from(data)
+        _, call_id, lo, n, dt, check, key_len = HEADER.unpack_from(data)
         t0 = time.perf_counter()
         try:
             self._attach(bytes(data[HEADER.size:HEADER.size + key_len]))
             t0 = time.perf_counter()  # (a segment's first mapping is not env time: the tuner reads it as a step's)
             if self.pickled:
                 packed, _ = pickle.loads(data[HEADER.size + key_len:])
-                status, tail = self._run(lo, lo + n, dt, unpack_states(packed, {}, "", n))
+                states = unpack_states(packed, {}, "", n)
             else:
-                status, tail = self._run(lo, lo + n, dt, self._states(lo, lo + n))
+                states = self._states(lo, lo + n)
+            if check:  # (states the caller's vector env validated with its own env: checked here as a chunk's are)
+                self.engine.validate_all(states, lo)
+            status, tail = self._run(lo, lo + n, dt, states)
         except Exception as e:
             status, tail = ERROR, remote_error(e, failed_item(e))
         return REPLY.pack(TAG, call_id, status, time.perf_counter() - t0) + tail
