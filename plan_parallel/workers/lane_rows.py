@@ -16,22 +16,8 @@ from plan_parallel.env.engine import EnvEngine
 from plan_parallel.errors import failed_item
 from plan_parallel.state import State
 from plan_parallel.state.core import get_rng_state
+from plan_parallel.wire import lane as wire
 from plan_parallel.wire.columns import unpack_states
-from plan_parallel.wire.lane import (
-    ERROR,
-    FULL,
-    HEADER,
-    INFOS,
-    MAX_SEGMENTS,
-    OK,
-    REPLY,
-    STATES,
-    TAG,
-    Layout,
-    decode_extra,
-    encode_extra,
-    pack_states_tail,
-)
 from plan_parallel.wire.messages import remote_error
 from plan_parallel.wire.slabs import PROTOCOL, Slab
 
@@ -53,7 +39,7 @@ class LaneRows:
         self.engine = engine
         self.kind = kind
         self.key = b""
-        self.mapped: dict[bytes, tuple[Slab, dict[str, np.ndarray], Layout]] = {}  # key -> its mapping (last used last)
+        self.mapped: dict[bytes, tuple[Slab, dict[str, np.ndarray], wire.Layout]] = {}  # key -> its mapping (last used last)
         self.cols: dict[str, np.ndarray] = {}
         self.rng: dict | None = None
         self.steps = 0  # the current layout's: a rollout's horizon, or 0 (step calls)
@@ -69,9 +55,9 @@ class LaneRows:
             return
         got = self.mapped.pop(key, None)
         if got is None:
-            if len(self.mapped) >= MAX_SEGMENTS:
+            if len(self.mapped) >= wire.MAX_SEGMENTS:
                 self.mapped.pop(next(iter(self.mapped)))[0].close()
-            layout = Layout.from_key(key)
+            layout = wire.Layout.from_key(key)
             slab = Slab(layout.name, layout.offsets()[1], create=False)
             got = (slab, layout.columns(slab.buf), layout)
         self.mapped[key] = got
@@ -83,13 +69,13 @@ class LaneRows:
 
     def serve(self, data: bytes) -> bytes:
         """The reply to one lane header (env errors travel in it, as a chunk's do)."""
-        _, call_id, lo, n, dt, check, key_len = HEADER.unpack_from(data)
+        _, call_id, lo, n, dt, check, key_len = wire.HEADER.unpack_from(data)
         t0 = time.perf_counter()
         try:
-            self._attach(bytes(data[HEADER.size:HEADER.size + key_len]))
+            self._attach(bytes(data[wire.HEADER.size:wire.HEADER.size + key_len]))
             t0 = time.perf_counter()  # (a segment's first mapping is not env time: the tuner reads it as a step's)
             if self.pickled:
-                packed, _ = pickle.loads(data[HEADER.size + key_len:])
+                packed, _ = pickle.loads(data[wire.HEADER.size + key_len:])
                 states = unpack_states(packed, {}, "", n)
             else:
                 states = self._states(lo, lo + n)
@@ -97,14 +83,14 @@ class LaneRows:
                 self.engine.validate_all(states, lo)
             status, tail = self._run(lo, lo + n, dt, states)
         except Exception as e:
-            status, tail = ERROR, remote_error(e, failed_item(e))
-        return REPLY.pack(TAG, call_id, status, time.perf_counter() - t0) + tail
+            status, tail = wire.ERROR, remote_error(e, failed_item(e))
+        return wire.REPLY.pack(wire.TAG, call_id, status, time.perf_counter() - t0) + tail
 
     def _states(self, lo: int, hi: int) -> list[State]:
         """The states of rows lo..hi of a row layout."""
         c, kind, rng = self.cols, self.kind, self.rng
         sims = c["in_sim"][lo:hi].copy()
-        return [State.captured(kind, sim, decode_extra(extra), rng, tuple(wrappers), None, None)
+        return [State.captured(kind, sim, wire.decode_extra(extra), rng, tuple(wrappers), None, None)
                 for sim, extra, wrappers in zip(sims, c["in_extra"][lo:hi].tolist(), c["in_wrappers"][lo:hi].tolist())]
 
     def _run(self, lo: int, hi: int, dt: int, states: list[State]) -> tuple[int, bytes]:
@@ -119,20 +105,20 @@ class LaneRows:
             out_states, obs, rewards, terms, truncs, infos = self.engine.run_raw(states, actions, dt)
             steps = [info.pop("n_steps") for info in infos]
         if not self._fits(out_states, obs):
-            return FULL, b""
+            return wire.FULL, b""
         c["obs"][lo:hi] = obs
         c["rewards"][lo:hi] = np.array(rewards, dtype=np.float64)
         c["terminations"][lo:hi] = np.array(terms, dtype=bool)
         c["truncations"][lo:hi] = np.array(truncs, dtype=bool)
         c["n_steps"][lo:hi] = steps
         if self.pickled:
-            return STATES, pack_states_tail(out_states, infos if any(infos) else None)
+            return wire.STATES, wire.pack_states_tail(out_states, infos if any(infos) else None)
         c["out_sim"][lo:hi] = [s.sim for s in out_states]
-        c["out_extra"][lo:hi] = [encode_extra(s.extra) for s in out_states]
+        c["out_extra"][lo:hi] = [wire.encode_extra(s.extra) for s in out_states]
         c["out_wrappers"][lo:hi] = [s.wrappers for s in out_states]
         if any(infos):
-            return INFOS, pickle.dumps(infos, PROTOCOL)
-        return OK, b""
+            return wire.INFOS, pickle.dumps(infos, PROTOCOL)
+        return wire.OK, b""
 
     def _fits(self, states: list[State], obs: list) -> bool:
         """Whether the results fit the columns exactly (else the caller runs the call on the general path)."""
@@ -145,7 +131,7 @@ class LaneRows:
             if self.pickled:
                 continue
             sim: Any = s.sim
-            if type(sim) is not np.ndarray or sim.dtype != F8 or sim.shape != sim_shape or encode_extra(s.extra) is None:
+            if type(sim) is not np.ndarray or sim.dtype != F8 or sim.shape != sim_shape or wire.encode_extra(s.extra) is None:
                 return False
             if len(s.wrappers) != n_wrappers or any(type(v) is not int for v in s.wrappers):
                 return False
