@@ -122,14 +122,25 @@ class Lane:
         self.obs_form = (np.dtype(space.dtype).str, tuple(space.shape)) if box else None
         self.rows = info.row_extra is not None  # states may fit a row layout
         self.pickled = box and space.dtype.itemsize * int(np.prod(space.shape)) <= MAX_PICKLED_OBS_BYTES
-        # The segment of the last call (its layout, the key a header carries, its columns), and those of the last
-        # MAX_SEGMENTS forms of call (a planner alternates steps and rollouts: each keeps its own, mapped by the
-        # workers once).
-        self.layout: Layout | None = None
-        self.key = b""
-        self.slab: Slab | None = None
-        self.cols: dict[str, np.ndarray] = {}
+        # The segment of the last call, and those of the last MAX_SEGMENTS forms of call (a planner alternates
+        # steps and rollouts: each keeps its own, mapped by the workers once).
+        self.segment: Segment | None = None
         self.segments: dict[tuple, Segment] = {}
+
+    @property
+    def layout(self) -> Layout | None:
+        """The last call's layout (None: no call yet)."""
+        return None if self.segment is None else self.segment.layout
+
+    @property
+    def key(self) -> bytes:
+        """The last call's layout as a header carries it."""
+        return b"" if self.segment is None else self.segment.key
+
+    @property
+    def cols(self) -> dict[str, np.ndarray]:
+        """The last call's columns."""
+        return {} if self.segment is None else self.segment.cols
 
     def close(self) -> None:
         """Give the segments back to the pool's slabs (they are freed when the pool closes, at exit too)."""
@@ -137,7 +148,7 @@ class Lane:
             for segment in self.segments.values():
                 self.pool.feeder.slabs.release(segment.slab)
             self.segments = {}
-            self.slab, self.layout, self.key, self.cols = None, None, b"", {}
+            self.segment = None
 
     def takes(self, job: Job) -> bool:
         """Whether ``job`` may run in the lane (the pool's idleness is asked under its lock, in :meth:`run`)."""
@@ -196,7 +207,7 @@ class Lane:
                 layout = dataclasses.replace(lay, name=slab.name)
                 segment = Segment(slab, layout, layout.key(), layout.columns(slab.buf))
             self.segments[forms] = segment  # (the most recently used last)
-            self.slab, self.layout, self.key, self.cols = segment
+            self.segment = segment
 
     def _write_inputs(self, job: Job) -> Inputs | None:
         """Write ``job``'s actions, and its states when they fit a row layout, into the input rows; None when the
@@ -283,8 +294,9 @@ class Lane:
         while due:
             ks = list(polled)
             now = time.monotonic()
-            first = min(self.sent_at[k] for k in due) + pool.timeout if pool.timeout else None
-            due_at = min(self.sent_at[k] for k in due) + expected
+            oldest = min(self.sent_at[k] for k in due)
+            first = oldest + pool.timeout if pool.timeout else None
+            due_at = oldest + expected
             ready = pool.worker_type.wait_any([pool.slots[k].worker for k in ks],
                                               None if first is None else max(0.0, first - now), pool.wake_fd,
                                               max(due_at - now, expected))
@@ -320,7 +332,8 @@ class Lane:
     def _send(self, k: int, rows: tuple[int, int], dt: int, check: bool, tail: bytes) -> None:
         slot = self.pool.slots[k]
         call_id = self.pool.next_id()
-        header = HEADER.pack(TAG, call_id, rows[0], rows[1] - rows[0], dt, check, len(self.key)) + self.key + tail
+        key = self.key
+        header = HEADER.pack(TAG, call_id, rows[0], rows[1] - rows[0], dt, check, len(key)) + key + tail
         self.sent_at[k] = time.monotonic()  # (its timeout counts from here: a replacement's anew)
         with ctrl_c_deferred():  # a header written is a header due
             slot.lane_due = (call_id, rows[0], rows[1] - rows[0])
