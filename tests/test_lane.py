@@ -446,4 +446,4 @@ def test_a_vector_envs_validated_states_take_the_lane_and_the_workers_check_them
         chunks = env.stats["lane_chunks"]
         with pytest.raises(pp.StateError, match=r"states\[1\]"):
             engine.step_batch_checked(np.array([0, 1]), [good, bad], 1, validated=True)
-        assert env.stats["lane_chunks"] == chunks + 1, "the lane sent it (the workers refused it)"
+        assert env.stats["lane_chunks"] > chunks, "the lane sent it (the workers refused it)"

@@ -56,6 +56,8 @@ from plan_parallel.wire.lane import (
     decode_extra,
     encode_extra,
     pack_states_tail,
+    state_bytes_for,
+    unpack_states_tail,
 )
 from plan_parallel.wire.messages import WorkerInfo, reraise
 from plan_parallel.wire.slabs import Slab
@@ -126,6 +128,7 @@ class Lane:
         # steps and rollouts: each keeps its own, mapped by the workers once).
         self.segment: Segment | None = None
         self.segments: dict[tuple, Segment] = {}
+        self.state_bytes = 0  # a pickled layout's bytes a row of its state regions, learned from the states sent
 
     @property
     def layout(self) -> Layout | None:
@@ -194,11 +197,11 @@ class Lane:
         assert self.obs_form is not None
         actions = job.actions
         lay = Layout("", 1 << max(6, (job.n - 1).bit_length()), sim, wrappers, (actions.dtype.str, actions.shape[1:]),
-                     self.obs_form, job.rollout.horizon if job.rollout else 0, pickled)
+                     self.obs_form, job.rollout.horizon if job.rollout else 0, pickled, self.state_bytes if pickled else 0)
         forms = (lay.sim, lay.wrappers, lay.action, lay.steps, lay.pickled)
         with ctrl_c_deferred():  # the segments, the current one's layout and its columns change together
             segment = self.segments.pop(forms, None)
-            if segment is None or job.n > segment.layout.capacity:
+            if segment is None or job.n > segment.layout.capacity or lay.state_bytes > segment.layout.state_bytes:
                 if segment is not None:  # (workers mapping the old one keep it until their next header names another)
                     self.pool.feeder.slabs.release(segment.slab)
                 if len(self.segments) >= MAX_SEGMENTS:
@@ -275,10 +278,20 @@ class Lane:
         due: dict[int, tuple[int, int]] = {}  # slot -> the rows (lo, hi) it was sent
         tails: dict[tuple[int, int], bytes] = {}  # (kept for a replacement of a worker that died)
 
+        segment = self.segment
+        assert segment is not None
+
         def send(k: int, rows: tuple[int, int]) -> None:
             tail = tails.get(rows)
             if tail is None:
-                tail = tails[rows] = b"" if states is None else pack_states_tail(states[rows[0]:rows[1]])
+                if states is None:
+                    tail = b""
+                else:
+                    lo, hi = rows
+                    tail, needed = pack_states_tail(states[lo:hi], None, segment.slab,
+                                                    segment.layout.region("in_states", lo, hi))
+                    self.state_bytes = max(self.state_bytes, state_bytes_for(needed, hi - lo))  # (the next segment's)
+                tails[rows] = tail
             self._send(k, rows, dt, check, tail)
             due[k] = rows
 
@@ -381,7 +394,9 @@ class Lane:
                   for lo, r in replies.items() if r.status == ERROR]
         if errors:
             raise min(errors, key=lambda e: (failed_item(e) is None, failed_item(e) or 0))
-        n, c = job.n, self.cols
+        segment = self.segment
+        assert segment is not None
+        n, c = job.n, segment.cols
         observations = c["obs"][:n].copy()
         observations.flags.writeable = False
         steps = c["n_steps"][:n].tolist()
@@ -393,8 +408,8 @@ class Lane:
             if r.status == INFOS:
                 got = pickle.loads(r.tail)
             elif r.status == STATES:
-                packed, got = pickle.loads(r.tail)
-                parts.append((lo, lo + r.rows, state_maker(packed, {}, "", self.trust)))
+                packed, got, cols = unpack_states_tail(r.tail, segment.slab)
+                parts.append((lo, lo + r.rows, state_maker(packed, cols, "", self.trust)))
             if got is not None:  # (the env's keys first, "n_steps" last, as the general path's)
                 if not rollout:
                     for info, k in zip(got, steps[lo:lo + len(got)]):

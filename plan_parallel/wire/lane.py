@@ -10,7 +10,9 @@ carries a pickled tail: the items' infos, the env's error, or results that do no
 States of any other form (a user env's ``get_state`` values, an RNG the step draws from) travel *pickled*
 (:attr:`Layout.pickled`): a header carries its rows' states as one pickle after the layout's key
 (:func:`pack_states_tail`), and the reply its results' states and infos (status :data:`STATES`); the
-actions, observations and outcomes stay in the columns.
+actions, observations and outcomes stay in the columns. Their simulator arrays and bytes forms (an ALE
+state's 7.7 KB) go to the segment's state regions when they fit (:attr:`Layout.state_bytes` a row, one
+region for the inputs and one for the results), not through the pipe.
 
 Every lane message starts with :data:`TAG`; a pickle starts with ``0x80``, so a worker tells the two
 apart on the one pipe it reads in order (a ``set_state`` then a lane step run in that order).
@@ -28,10 +30,10 @@ import numpy as np
 
 from plan_parallel.state import State
 from plan_parallel.wire.columns import pack_states
-from plan_parallel.wire.slabs import PROTOCOL, ArrayWriter
+from plan_parallel.wire.slabs import PROTOCOL, ArrayWriter, Slab, read_columns
 
-__all__ = ["ERROR", "FULL", "HEADER", "INFOS", "MAX_SEGMENTS", "OK", "REPLY", "STATES", "TAG", "Layout", "decode_extra",
-           "encode_extra", "pack_states_tail"]
+__all__ = ["ERROR", "FULL", "HEADER", "INFOS", "MAX_SEGMENTS", "MAX_STATE_BYTES", "OK", "REPLY", "STATES", "TAG", "Layout",
+           "decode_extra", "encode_extra", "pack_states_tail", "state_bytes_for", "unpack_states_tail"]
 
 TAG = b"L"
 # TAG, call id, lo, n, dt, check (1: the worker checks the states first), length of the layout's key that follows
@@ -43,6 +45,9 @@ OK, INFOS, FULL, ERROR, STATES = 0, 1, 2, 3, 4
 MAX_SEGMENTS = 4  # segments a lane keeps (one a form of call: a planner alternates steps and rollouts), mapped by each worker
 NO_EXTRA = -1  # an ``extra`` of None in its column (a count of steps is never negative)
 ALIGN = 64
+# A pickled layout's state regions hold at most this many bytes a row (each direction): larger states travel in
+# the messages (a segment of 4096 rows holds 2 x 128 MB of regions at most; pages never written cost nothing).
+MAX_STATE_BYTES = 32768
 
 
 def encode_extra(extra: Any) -> int | None:
@@ -72,6 +77,8 @@ class Layout:
         obs: the observations' dtype and the shape of one observation.
         steps: a rollout's horizon T (the actions' and rewards' rows hold T steps); 0: a ``step_batch``.
         pickled: the states travel pickled, in the headers and replies (``sim`` and ``wrappers`` are 0).
+        state_bytes: a pickled layout's bytes a row in each state region, ``in_states`` and ``out_states``: a
+            chunk's states' arrays and blobs are written in its rows' part of the region where they fit.
     """
 
     name: str
@@ -82,6 +89,7 @@ class Layout:
     obs: tuple[str, tuple[int, ...]]
     steps: int = 0
     pickled: bool = False
+    state_bytes: int = 0
 
     def forms(self) -> list[tuple[str, str, tuple[int, ...]]]:
         """``(column, dtype, row shape)`` for every column, in the segment's order."""
@@ -93,6 +101,7 @@ class Layout:
             ("obs", self.obs[0], self.obs[1]), ("rewards", f8, (self.steps,) if self.steps else ()),
             ("terminations", "|b1", ()),
             ("truncations", "|b1", ()), ("n_steps", i8, ()),
+            ("in_states", "|u1", (self.state_bytes,)), ("out_states", "|u1", (self.state_bytes,)),
         ]
 
     def offsets(self) -> tuple[dict[str, int], int]:
@@ -102,6 +111,11 @@ class Layout:
             at[column] = pos
             pos += -(-self.capacity * np.dtype(dtype).itemsize * math.prod(shape) // ALIGN) * ALIGN
         return at, max(pos, ALIGN)
+
+    def region(self, column: str, lo: int, hi: int) -> tuple[int, int]:
+        """The byte range of rows lo..hi of a state region (``in_states`` or ``out_states``) in the segment."""
+        start = self.offsets()[0][column]
+        return start + lo * self.state_bytes, start + hi * self.state_bytes
 
     def columns(self, buf: Any) -> dict[str, np.ndarray]:
         """Every column as an array over ``buf`` (the segment's mapping)."""
@@ -114,21 +128,42 @@ class Layout:
         a, o = self.action, self.obs
         return ";".join([self.name, str(self.capacity), str(self.sim), str(self.wrappers), a[0],
                          ",".join(map(str, a[1])), o[0], ",".join(map(str, o[1])), str(self.steps),
-                         str(int(self.pickled))]).encode("ascii")
+                         str(int(self.pickled)), str(self.state_bytes)]).encode("ascii")
 
     @classmethod
     def from_key(cls, key: bytes) -> Layout:
-        name, capacity, sim, wrappers, adtype, ashape, odtype, oshape, steps, pickled = key.decode("ascii").split(";")
+        name, capacity, sim, wrappers, adtype, ashape, odtype, oshape, steps, pickled, state_bytes = key.decode(
+            "ascii").split(";")
 
         def shape(text: str) -> tuple[int, ...]:
             return tuple(int(x) for x in text.split(",")) if text else ()
 
         return cls(name, int(capacity), int(sim), int(wrappers), (adtype, shape(ashape)), (odtype, shape(oshape)),
-                   int(steps), pickled == "1")
+                   int(steps), pickled == "1", int(state_bytes))
 
 
-def pack_states_tail(states: Sequence[State], infos: list[dict] | None = None) -> bytes:
-    """``(states packed, infos)`` as one pickle: a pickled layout's header tail (``infos`` None) and the tail of
-    its replies (status :data:`STATES`; ``infos`` None when every one is empty). The states are packed as the
-    general path packs them (:func:`~plan_parallel.wire.columns.pack_states`), every column in the message."""
-    return pickle.dumps((pack_states(states, ArrayWriter(None), "", False), infos), PROTOCOL)
+def pack_states_tail(states: Sequence[State], infos: list[dict] | None = None, slab: Slab | None = None,
+                     region: tuple[int, int] = (0, 0)) -> tuple[bytes, int]:
+    """``(states packed, infos, their columns' places)`` as one pickle: a pickled layout's header tail (``infos``
+    None) and the tail of its replies (status :data:`STATES`; ``infos`` None when every one is empty). The states
+    are packed as the general path packs them (:func:`~plan_parallel.wire.columns.pack_states`): their arrays
+    and blobs written in ``region`` of ``slab`` where they fit, the rest in the pickle. Also returns the bytes
+    the region would have needed to hold them all."""
+    w = ArrayWriter(slab, *region)
+    packed = pack_states(states, w, "", False)
+    return pickle.dumps((packed, infos, w.layout), PROTOCOL), w.needed - region[0]
+
+
+def unpack_states_tail(tail: bytes, slab: Slab) -> tuple[dict[str, Any], list[dict] | None, dict[str, np.ndarray]]:
+    """A :func:`pack_states_tail`'s packed states, its infos, and the columns it wrote in ``slab`` (arrays copied
+    out; blobs as views of the slab, for :func:`~plan_parallel.wire.columns.unpack_states` or ``state_maker``)."""
+    packed, infos, places = pickle.loads(tail)
+    return packed, infos, read_columns(slab, places) if places else {}
+
+
+def state_bytes_for(needed: int, rows: int) -> int:
+    """The bytes a row of a state region that holds ``rows`` states needing ``needed`` bytes, with room for
+    larger ones (a quarter more, and each column's alignment), in whole :data:`ALIGN` units; 0 above
+    :data:`MAX_STATE_BYTES` (the states travel in the messages)."""
+    row = -(-(needed * 5 // 4 // max(1, rows) + 4 * ALIGN) // ALIGN) * ALIGN
+    return row if row <= MAX_STATE_BYTES else 0

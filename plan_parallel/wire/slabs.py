@@ -128,18 +128,20 @@ class SlabPool:
 
 # ------------------------------------------------------------------ columns
 class ArrayWriter:
-    """Writes columns into a slab region; what does not fit or is not an array is returned for pickling."""
+    """Writes columns into a slab region (from ``start`` to ``end``, the slab's end when None); what does not
+    fit or is not an array is returned for pickling."""
 
-    def __init__(self, slab: Slab | None, start: int = 0) -> None:
+    def __init__(self, slab: Slab | None, start: int = 0, end: int | None = None) -> None:
         self.slab = slab
         self.pos = start
+        self.end = end if end is not None else (0 if slab is None else slab.size)
         self.layout: dict[str, tuple[int, str, tuple[int, ...]]] = {}
         self.needed = start  # where the columns would end had every one fitted (what to reserve next time)
 
     def _reserve(self, nbytes: int) -> int | None:
         self.needed = -(-self.needed // ALIGN) * ALIGN + nbytes
         off = -(-self.pos // ALIGN) * ALIGN
-        if self.slab is None or off + nbytes > self.slab.size:
+        if self.slab is None or off + nbytes > self.end:
             return None
         self.pos = off + nbytes
         return off

@@ -2,7 +2,8 @@
 
 The items run through the engine's own ``run_raw``, as a chunk of the general path does, so their
 results are the inline backend's; only where the inputs come from and the results go differs. The states
-of a pickled layout come in the header's tail and go back in the reply's (:func:`~plan_parallel.wire.lane.pack_states_tail`).
+of a pickled layout come in the header's tail and go back in the reply's (:func:`~plan_parallel.wire.lane.pack_states_tail`),
+their arrays and blobs in the segment's state regions where they fit.
 """
 from __future__ import annotations
 
@@ -41,6 +42,7 @@ class LaneRows:
         self.key = b""
         self.mapped: dict[bytes, tuple[Slab, dict[str, np.ndarray], wire.Layout]] = {}  # key -> its mapping (last used last)
         self.cols: dict[str, np.ndarray] = {}
+        self.segment: tuple[Slab, dict[str, np.ndarray], wire.Layout] | None = None  # the current one's mapping
         self.rng: dict | None = None
         self.steps = 0  # the current layout's: a rollout's horizon, or 0 (step calls)
         self.pickled = False  # the current layout's: states travel pickled
@@ -48,7 +50,7 @@ class LaneRows:
     def close(self) -> None:
         for slab, _, _ in self.mapped.values():
             slab.close()
-        self.mapped, self.key, self.cols = {}, b"", {}
+        self.mapped, self.key, self.cols, self.segment = {}, b"", {}, None
 
     def _attach(self, key: bytes) -> None:
         if key == self.key:
@@ -61,6 +63,7 @@ class LaneRows:
             slab = Slab(layout.name, layout.offsets()[1], create=False)
             got = (slab, layout.columns(slab.buf), layout)
         self.mapped[key] = got
+        self.segment = got
         _, self.cols, layout = got
         self.steps, self.pickled = layout.steps, layout.pickled
         self.key = key
@@ -75,8 +78,9 @@ class LaneRows:
             self._attach(bytes(data[wire.HEADER.size:wire.HEADER.size + key_len]))
             t0 = time.perf_counter()  # (a segment's first mapping is not env time: the tuner reads it as a step's)
             if self.pickled:
-                packed, _ = pickle.loads(data[wire.HEADER.size + key_len:])
-                states = unpack_states(packed, {}, "", n)
+                assert self.segment is not None
+                packed, _, cols = wire.unpack_states_tail(data[wire.HEADER.size + key_len:], self.segment[0])
+                states = unpack_states(packed, cols, "", n)
             else:
                 states = self._states(lo, lo + n)
             if check:  # (states the caller's vector env validated with its own env: checked here as a chunk's are)
@@ -112,7 +116,10 @@ class LaneRows:
         c["truncations"][lo:hi] = np.array(truncs, dtype=bool)
         c["n_steps"][lo:hi] = steps
         if self.pickled:
-            return wire.STATES, wire.pack_states_tail(out_states, infos if any(infos) else None)
+            assert self.segment is not None
+            slab, _, layout = self.segment
+            return wire.STATES, wire.pack_states_tail(out_states, infos if any(infos) else None, slab,
+                                                      layout.region("out_states", lo, hi))[0]
         c["out_sim"][lo:hi] = [s.sim for s in out_states]
         c["out_extra"][lo:hi] = [wire.encode_extra(s.extra) for s in out_states]
         c["out_wrappers"][lo:hi] = [s.wrappers for s in out_states]
