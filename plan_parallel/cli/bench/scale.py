@@ -8,7 +8,8 @@ Two tables, both with every batch on the workers (``placement="workers"``):
   work. For W up to 64 and k items a worker (B = W k a call): the speedup over stepping the B items one
   after the other here (B times an item's time inline, measured), the efficiency (speedup ÷ W), and the
   calling process's CPU an item and a call.
-* **The Amdahl bound of real envs**: CartPole B=512, Pong (RGB, frameskip 1) B=64 and HalfCheetah B=64 on
+* **The Amdahl bound of real envs**: CartPole B=512, Pong (RGB, frameskip 1; and RAM observations, whose
+  states take the lane pickled) B=64 and HalfCheetah B=64 on
   ``--workers`` workers: the workers' CPU an item ÷ the caller's CPU an item is how many workers the
   calling process can keep busy before its own work is the bottleneck.
 """
@@ -29,6 +30,7 @@ PAUSE = 2e-3  # seconds a SleepyWalk step sleeps
 AMDAHL_CASES: list[tuple[str, str, dict[str, Any], int]] = [
     ("CartPole-v1", "CartPole-v1", {}, 512),
     ("Pong RGB fs1", "ALE/Pong-v5", {"frameskip": 1}, 64),
+    ("Pong RAM fs1", "ALE/Pong-v5", {"frameskip": 1, "obs_type": "ram"}, 64),
     ("HalfCheetah-v5", "HalfCheetah-v5", {}, 64),
 ]
 
