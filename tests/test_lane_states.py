@@ -58,6 +58,7 @@ def test_a_tail_carries_blobs_that_fit_the_region_in_the_slab_and_the_rest_in_th
 def test_a_region_holds_rows_up_to_its_limit_only() -> None:
     assert state_bytes_for(4 * 7717, 4) % 64 == 0 and state_bytes_for(4 * 7717, 4) >= 7717 * 5 // 4
     assert state_bytes_for(MAX_STATE_BYTES, 1) == 0, "larger states travel in the messages"
+    assert state_bytes_for(0, 32) == 0, "states without arrays or blobs need no region"
 
 
 @pytest.mark.timeout(300)

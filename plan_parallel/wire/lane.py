@@ -19,6 +19,7 @@ apart on the one pipe it reads in order (a ``set_state`` then a lane step run in
 """
 from __future__ import annotations
 
+import functools
 import math
 import pickle
 import struct
@@ -105,7 +106,11 @@ class Layout:
         ]
 
     def offsets(self) -> tuple[dict[str, int], int]:
-        """Each column's byte offset, and the segment's size."""
+        """Each column's byte offset, and the segment's size (computed once a layout)."""
+        return self._offsets
+
+    @functools.cached_property
+    def _offsets(self) -> tuple[dict[str, int], int]:
         at, pos = {}, 0
         for column, dtype, shape in self.forms():
             at[column] = pos
@@ -163,7 +168,9 @@ def unpack_states_tail(tail: bytes, slab: Slab) -> tuple[dict[str, Any], list[di
 
 def state_bytes_for(needed: int, rows: int) -> int:
     """The bytes a row of a state region that holds ``rows`` states needing ``needed`` bytes, with room for
-    larger ones (a quarter more, and each column's alignment), in whole :data:`ALIGN` units; 0 above
-    :data:`MAX_STATE_BYTES` (the states travel in the messages)."""
+    larger ones (a quarter more, and each column's alignment), in whole :data:`ALIGN` units; 0 when they need
+    none (no arrays or blobs) or above :data:`MAX_STATE_BYTES` (the states travel in the messages)."""
+    if needed <= 0:
+        return 0
     row = -(-(needed * 5 // 4 // max(1, rows) + 4 * ALIGN) // ALIGN) * ALIGN
     return row if row <= MAX_STATE_BYTES else 0
