@@ -106,17 +106,18 @@ _WHY: dict[str, dict[str, dict[str, tuple[Any, str]]]] = {
     },
     "ALE/Freeway-v5": {
         "mcts": {
-            "budget": (80, "the reward is a crossing, rare within a random rollout: a larger tree found more. At "
-                           "about the same cost (13,312-14,336 frames a decision, dt 8), the first 800 steps of "
-                           "seed 0 scored 4 with budget 16 and depth 25, 7 with budget 32 and depth 12, 10 with "
-                           "budget 64 and depth 6; full episodes, seeds 0-1: budget 64 scored 26 and 29, budget "
-                           "80 (17,920 frames a decision) 29 and 30 (DQN-paper human: 29.6)"),
+            "budget": (60, "the most simulations under 20,000 frames a decision at depth 4 and dt 16: 60 x (1 + 4) "
+                           "x 16 = 4,800 env steps, 19,200 frames; full episodes, seeds 0-3: 31, 30, 30, 29 "
+                           "(DQN-paper human: 29.6), where the earlier preset (budget 80, depth 6, dt 8; 17,920 "
+                           "frames) scored 29, 30, 28, 26 and budget 88 at dt 8 30, 27, 28, 27"),
             "leaves_per_batch": (16, "as for Pong: big enough batches to feed two workers (not measured for Freeway)"),
-            "rollout_depth": (6, "6 actions of 32 frames (192 frames) after the tree: the budget went to the tree "
-                                 "instead (see budget); 80 x (1 + 6) x 8 = 4,480 env steps, 17,920 frames a decision"),
-            "dt": (8, "32 frames an edge, so a tree of 64-80 nodes reaches a crossing: at dt 4 and depth 25 (budget "
-                      "32, 13,312 frames) 56% of decisions saw no reward and it scored 8 in 800 steps; at dt 2, "
-                      "depth 25: 87% and 1 point in 300 steps (docs/planning.md)"),
+            "rollout_depth": (4, "4 actions of 16 env steps (64 after the tree's edges of 16): a crossing takes about "
+                                 "68 env steps (2,048 steps, 30 crossings), so a rollout from a node two edges up "
+                                 "can reach the other side"),
+            "dt": (16, "64 frames an edge: after a crossing the chicken starts at the bottom, and at dt 8 (depth 6) "
+                       "21-24% of decisions saw no crossing in any rollout and drew their action at random; at "
+                       "dt 16, 1% did (seeds 0-3). At dt 4 and depth 25 (budget 32, 13,312 frames) 56% and 8 "
+                       "points in 800 steps; at dt 2, 87% and 1 point in 300 steps (docs/planning.md)"),
         },
     },
 }
