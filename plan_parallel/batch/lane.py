@@ -303,15 +303,19 @@ class Lane:
         expected = max(job.cost(lo, hi) for lo, hi in chunks) * step_seconds
         # The call's workers are polled in one order until it ends (the worker class reuses its poll object while
         # the same pipes are polled; one that answered its last chunk is still polled, for its death).
+        # The list of their workers is made again only when one was replaced (it died in the call).
         polled = sorted(due)
+        stale = True
         while due:
-            ks = list(polled)
+            if stale:
+                ks = list(polled)
+                workers = [pool.slots[k].worker for k in ks]
+                stale = False
             now = time.monotonic()
             oldest = min(self.sent_at[k] for k in due)
             first = oldest + pool.timeout if pool.timeout else None
             due_at = oldest + expected
-            ready = pool.worker_type.wait_any([pool.slots[k].worker for k in ks],
-                                              None if first is None else max(0.0, first - now), pool.wake_fd,
+            ready = pool.worker_type.wait_any(workers, None if first is None else max(0.0, first - now), pool.wake_fd,
                                               max(due_at - now, expected))
             if pool.closing:
                 raise ClosedError("the env was closed while this batch was in flight")
@@ -322,6 +326,7 @@ class Lane:
                     self._read(k)
                     if pool.slots[k].worker is not worker:
                         polled.remove(k)
+                        stale = True
                     continue
                 got = self._read(k)
                 if got is not None:
@@ -336,6 +341,7 @@ class Lane:
                 elif pool.slots[k].lane_due is None:  # it died: its replacement gets the same rows
                     pool.wait_started(k)
                     send(k, due[k])
+                    stale = True
             now = time.monotonic()
             for k in due:
                 if pool.timeout is not None and now > self.sent_at[k] + pool.timeout:

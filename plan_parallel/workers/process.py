@@ -271,26 +271,30 @@ class ExternalProcess:
         """Each worker's message carries ``blob`` itself."""
         return (), (blob,)
 
-    _last_poller: tuple[tuple, Any, dict[int, int]] | None = None  # the fds polled last, their poller and owners
+    # The workers polled last (and the wake fd), their poller, which worker each fd is, and the cores a caller
+    # moving off them avoids.
+    _last_poller: tuple[tuple, Any, dict[int, int], set[int]] | None = None
 
     @classmethod
-    def _poller_for(cls, handles: tuple[tuple[int, ...], ...], wake: int | None) -> tuple[Any, dict[int, int]]:
-        """A poll object for ``handles`` (per worker) and ``wake``, and which worker each fd is; the last one
-        is reused while the same fds are polled (the pool polls the same workers call after call)."""
-        key = (handles, wake)
+    def _poller_for(cls, workers: Sequence[ExternalProcess], wake: int | None) -> tuple[Any, dict[int, int], set[int]]:
+        """A poll object for ``workers``' handles and ``wake``, which worker each fd is, and the cores of those
+        whose caller moves off them; the last one is reused while the same workers are polled (the pool polls
+        the same workers call after call, and a wait turn after turn: nothing a worker is computed again)."""
+        key = (tuple(workers), wake)
         last = cls._last_poller
         if last is not None and last[0] == key:
-            return last[1], last[2]
+            return last[1], last[2], last[3]
         poller = select.poll()
         owner: dict[int, int] = {}
-        for k, fds in enumerate(handles):
-            for fd in fds:
+        for k, w in enumerate(workers):
+            for fd in w.handles():
                 poller.register(fd, select.POLLIN)
                 owner[fd] = k
         if wake is not None:
             poller.register(wake, select.POLLIN)
-        cls._last_poller = (key, poller, owner)
-        return poller, owner
+        cores = {w.core for w in workers if w.move_caller and w.core is not None}
+        cls._last_poller = (key, poller, owner, cores)
+        return poller, owner, cores
 
     @classmethod
     def wait_any(cls, workers: Sequence[ExternalProcess], timeout: float | None, wake: int | None,
@@ -306,7 +310,7 @@ class ExternalProcess:
         With the policy's ``move_caller``, a caller about to block on the core of a worker in flight waits
         on another (:func:`~plan_parallel.workers.cores.move_off`).
         """
-        poller, owner = cls._poller_for(tuple(w.handles() for w in workers), wake)
+        poller, owner, cores = cls._poller_for(workers, wake)
         spin = SPIN_SECONDS if due_in is None or due_in <= SPIN_SECONDS else 0.0
         if timeout is not None:
             spin = min(spin, timeout)
@@ -318,7 +322,7 @@ class ExternalProcess:
         if not events and (timeout is None or timeout > spin):
             left = BLOCK_SLICE_SECONDS if timeout is None else min(BLOCK_SLICE_SECONDS, timeout - spin)
             try:
-                move_off({w.core for w in workers if w.move_caller and w.core is not None})
+                move_off(cores)
                 events = poller.poll(max(0, int(left * 1000) + 1))
             finally:
                 restore_cores()
