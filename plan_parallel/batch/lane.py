@@ -33,6 +33,7 @@ from typing import Any, NamedTuple
 import numpy as np
 from gymnasium import spaces
 
+from plan_parallel.batch.lane_columns import F8, read_row_states, write_row_states
 from plan_parallel.batch.parts import SlotState
 from plan_parallel.batch.pool import WorkerPool
 from plan_parallel.errors import ClosedError, WorkerTimeoutError, failed_item
@@ -53,8 +54,6 @@ from plan_parallel.wire.lane import (
     STATES,
     TAG,
     Layout,
-    decode_extra,
-    encode_extra,
     pack_states_tail,
     state_bytes_for,
     unpack_states_tail,
@@ -73,7 +72,6 @@ WAKE_SECONDS = 150e-6
 # States that travel pickled take the lane when an observation has at most this many bytes: larger ones are
 # copied out of the segment a call, where the general path's workers write them into the result's own array.
 MAX_PICKLED_OBS_BYTES = 16384
-F8 = np.dtype(np.float64)
 
 
 class Segment(NamedTuple):
@@ -231,34 +229,13 @@ class Lane:
             elif type(sim) is np.ndarray and sim.dtype == F8 and sim.ndim == 1 and all(
                     type(v) is int for v in first.wrappers):
                 self._ensure_layout(job, sim.shape[0], len(first.wrappers), False)
-                rngs = self._write_states(states)
+                rngs = write_row_states(self.cols, states)
         if rngs is None:
             if not self.pickled:
                 return None
             self._ensure_layout(job, 0, 0, True)
         self.cols["actions"][:n] = job.actions
         return Inputs(rngs, None if rngs is not None else list(states))
-
-    def _write_states(self, states: Any) -> list[Any] | None:
-        """Write a list of states into the input rows of a row layout; their RNG values, or None when a state
-        does not fit (another form of simulator value or extra, no RNG value)."""
-        n, c = len(states), self.cols
-        sims = [s.sim for s in states]
-        extras = [encode_extra(s.extra) for s in states]
-        rngs = [s.rng for s in states]
-        if None in extras or any(r is None for r in rngs) or any(
-                type(x) is not np.ndarray or x.dtype != F8 for x in sims):
-            return None
-        try:
-            wrappers = np.array([s.wrappers for s in states])
-            c["in_sim"][:n] = sims
-        except ValueError:  # ragged: a state of another shape
-            return None
-        if wrappers.dtype.kind != "i" or wrappers.shape != c["in_wrappers"][:n].shape:
-            return None
-        c["in_wrappers"][:n] = wrappers
-        c["in_extra"][:n] = extras
-        return rngs
 
     # ------------------------------------------------------------------ the call
     def _call(self, job: Job, ready: list[int], step_seconds: float, n_chunks: int,
@@ -421,7 +398,8 @@ class Lane:
                     for info, k in zip(got, steps[lo:lo + len(got)]):
                         info["n_steps"] = k
                 infos[lo:lo + len(got)] = got
-        states = StateBatch(n, parts, observations) if rngs is None else self._row_states(n, rngs, observations)
+        states = (StateBatch(n, parts, observations) if rngs is None
+                  else read_row_states(c, n, self.kind, rngs, observations, self.trust))
         stats = self.pool.stats
         stats["batches"] += 1
         stats["items"] += n
@@ -433,18 +411,3 @@ class Lane:
         if rollout:
             return RolloutBatch(states, observations, *outcomes, c["n_steps"][:n].copy(), infos)
         return StepBatch(states, observations, *outcomes, infos)
-
-    def _row_states(self, n: int, rngs: list[Any], observations: np.ndarray) -> StateBatch:
-        """The states of a row layout's output rows (made when read), and their columns."""
-        c, kind, trust = self.cols, self.kind, self.trust
-        sims = c["out_sim"][:n].copy()
-        sims.flags.writeable = False
-        extra_col, wrappers_col = c["out_extra"][:n].copy(), c["out_wrappers"][:n].copy()
-        extras = extra_col.tolist()  # (the wrappers' rows are made tuples when a state is: N small lists made
-        # here would stay tracked by the garbage collector, whose passes then cost more than the lists)
-
-        def make(k: int) -> State:
-            return State.of_frozen(kind, sims[k], decode_extra(extras[k]), rngs[k], tuple(wrappers_col[k].tolist()),
-                                   None, trust)
-
-        return StateBatch(n, [(0, n, make)], observations, StateColumns(kind, sims, extra_col, wrappers_col, rngs, trust))
