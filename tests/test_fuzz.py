@@ -31,6 +31,8 @@ FAMILIES: dict[str, tuple[Any, dict, int, int]] = {
     "box2d": ("LunarLander-v3", {}, 8, 14),
     "mujoco": ("HalfCheetah-v5", {}, 8, 14),
     "ale": ("ALE/Pong-v5", {"repeat_action_probability": 0.0}, 4, 10),
+    # RAM observations: the lane takes these states pickled, their blobs in its segment (wire.lane's state regions)
+    "ale-ram": ("ALE/Pong-v5", {"repeat_action_probability": 0.0, "obs_type": "ram"}, 4, 10),
     "pickle": ("MiniGrid-Empty-5x5-v0", {}, 8, 14),
     "user": (ArrayStateEnv, {}, 16, 16),
 }
@@ -47,8 +49,8 @@ def _reference(env: Any, kwargs: dict) -> gym.Env:
 
 def _run(family: str, options: dict[str, Any]) -> None:
     env, kwargs, examples, steps = FAMILIES[family]
-    if family in ("ale", "pickle"):
-        gym.register_envs(pytest.importorskip("ale_py" if family == "ale" else "minigrid"))
+    if family in ("ale", "ale-ram", "pickle"):
+        gym.register_envs(pytest.importorskip("minigrid" if family == "pickle" else "ale_py"))
     with pp.make(env, **options, **kwargs) as subject, pp.make(env, backend="inline", **kwargs) as oracle:
         case = Case(subject, oracle, functools.partial(_reference, env, kwargs),
                     fresh_reference=family == "box2d", kill=options["backend"] == "process")
