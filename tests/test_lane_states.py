@@ -17,11 +17,7 @@ from plan_parallel.wire.columns import unpack_states
 from plan_parallel.wire.lane import MAX_STATE_BYTES, pack_states_tail, state_bytes_for, unpack_states_tail
 from plan_parallel.wire.slabs import Slab
 from tests.helpers import assert_batches_equal
-
-
-def on_workers(n: int) -> pp.ExecutionPolicy:
-    """Every batch on the workers, one chunk a worker (the lane takes every call it can)."""
-    return pp.ExecutionPolicy(n_workers=n, placement="workers", max_chunks_per_worker=1)
+from tests.test_lane import on_workers
 
 
 def pong_states(n: int) -> tuple[Any, list]:

@@ -147,15 +147,16 @@ class Layout:
                    int(steps), pickled == "1", int(state_bytes))
 
 
-def pack_states_tail(states: Sequence[State], infos: list[dict] | None = None, slab: Slab | None = None,
-                     region: tuple[int, int] = (0, 0)) -> tuple[bytes, int]:
+def pack_states_tail(states: Sequence[State], infos: list[dict] | None, slab: Slab, region: tuple[int, int],
+                     unique: bool = False) -> tuple[bytes, int]:
     """``(states packed, infos, their columns' places)`` as one pickle: a pickled layout's header tail (``infos``
     None) and the tail of its replies (status :data:`STATES`; ``infos`` None when every one is empty). The states
-    are packed as the general path packs them (:func:`~plan_parallel.wire.columns.pack_states`): their arrays
-    and blobs written in ``region`` of ``slab`` where they fit, the rest in the pickle. Also returns the bytes
-    the region would have needed to hold them all."""
+    are packed as the general path packs them (:func:`~plan_parallel.wire.columns.pack_states`; ``unique``: no
+    state object is listed twice, as a worker's results, one capture each): their arrays and blobs written in
+    ``region`` of ``slab`` where they fit, the rest in the pickle. Also returns the bytes the region would have
+    needed to hold them all."""
     w = ArrayWriter(slab, *region)
-    packed = pack_states(states, w, "", False)
+    packed = pack_states(states, w, "", False, unique)
     return pickle.dumps((packed, infos, w.layout), PROTOCOL), w.needed - region[0]
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pickle
 import time
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -22,9 +22,17 @@ from plan_parallel.wire.columns import unpack_states
 from plan_parallel.wire.messages import remote_error
 from plan_parallel.wire.slabs import PROTOCOL, Slab
 
-__all__ = ["LaneRows"]
+__all__ = ["LaneRows", "Mapped"]
 
 F8 = np.dtype(np.float64)
+
+
+class Mapped(NamedTuple):
+    """A lane segment as this worker mapped it."""
+
+    slab: Slab
+    cols: dict[str, np.ndarray]
+    layout: wire.Layout
 
 
 class LaneRows:
@@ -40,86 +48,80 @@ class LaneRows:
         self.engine = engine
         self.kind = kind
         self.key = b""
-        self.mapped: dict[bytes, tuple[Slab, dict[str, np.ndarray], wire.Layout]] = {}  # key -> its mapping (last used last)
-        self.cols: dict[str, np.ndarray] = {}
-        self.segment: tuple[Slab, dict[str, np.ndarray], wire.Layout] | None = None  # the current one's mapping
+        self.mapped: dict[bytes, Mapped] = {}  # key -> its mapping (last used last)
+        self.segment: Mapped | None = None  # the current one (the last header's)
         self.rng: dict | None = None
-        self.steps = 0  # the current layout's: a rollout's horizon, or 0 (step calls)
-        self.pickled = False  # the current layout's: states travel pickled
 
     def close(self) -> None:
-        for slab, _, _ in self.mapped.values():
-            slab.close()
-        self.mapped, self.key, self.cols, self.segment = {}, b"", {}, None
+        for mapped in self.mapped.values():
+            mapped.slab.close()
+        self.mapped, self.key, self.segment = {}, b"", None
 
-    def _attach(self, key: bytes) -> None:
+    def _attach(self, key: bytes) -> Mapped:
+        """The segment ``key`` names, made current (mapped when it is not yet)."""
         if key == self.key:
-            return
+            assert self.segment is not None
+            return self.segment
         got = self.mapped.pop(key, None)
         if got is None:
             if len(self.mapped) >= wire.MAX_SEGMENTS:
-                self.mapped.pop(next(iter(self.mapped)))[0].close()
+                self.mapped.pop(next(iter(self.mapped))).slab.close()
             layout = wire.Layout.from_key(key)
             slab = Slab(layout.name, layout.offsets()[1], create=False)
-            got = (slab, layout.columns(slab.buf), layout)
-        self.mapped[key] = got
-        self.segment = got
-        _, self.cols, layout = got
-        self.steps, self.pickled = layout.steps, layout.pickled
+            got = Mapped(slab, layout.columns(slab.buf), layout)
+        self.mapped[key] = self.segment = got
         self.key = key
         if self.rng is None:
             self.rng = get_rng_state(self.engine.adapter.u.np_random)
+        return got
 
     def serve(self, data: bytes) -> bytes:
         """The reply to one lane header (env errors travel in it, as a chunk's do)."""
         _, call_id, lo, n, dt, check, key_len = wire.HEADER.unpack_from(data)
         t0 = time.perf_counter()
         try:
-            self._attach(bytes(data[wire.HEADER.size:wire.HEADER.size + key_len]))
+            segment = self._attach(bytes(data[wire.HEADER.size:wire.HEADER.size + key_len]))
             t0 = time.perf_counter()  # (a segment's first mapping is not env time: the tuner reads it as a step's)
-            if self.pickled:
-                assert self.segment is not None
-                packed, _, cols = wire.unpack_states_tail(data[wire.HEADER.size + key_len:], self.segment[0])
+            if segment.layout.pickled:
+                packed, _, cols = wire.unpack_states_tail(data[wire.HEADER.size + key_len:], segment.slab)
                 states = unpack_states(packed, cols, "", n)
             else:
-                states = self._states(lo, lo + n)
+                states = self._states(segment.cols, lo, lo + n)
             if check:  # (states the caller's vector env validated with its own env: checked here as a chunk's are)
                 self.engine.validate_all(states, lo)
-            status, tail = self._run(lo, lo + n, dt, states)
+            status, tail = self._run(segment, lo, lo + n, dt, states)
         except Exception as e:
             status, tail = wire.ERROR, remote_error(e, failed_item(e))
         return wire.REPLY.pack(wire.TAG, call_id, status, time.perf_counter() - t0) + tail
 
-    def _states(self, lo: int, hi: int) -> list[State]:
-        """The states of rows lo..hi of a row layout."""
-        c, kind, rng = self.cols, self.kind, self.rng
+    def _states(self, c: dict[str, np.ndarray], lo: int, hi: int) -> list[State]:
+        """The states of rows lo..hi of a row layout's columns ``c``."""
+        kind, rng = self.kind, self.rng
         sims = c["in_sim"][lo:hi].copy()
         return [State.captured(kind, sim, wire.decode_extra(extra), rng, tuple(wrappers), None, None)
                 for sim, extra, wrappers in zip(sims, c["in_extra"][lo:hi].tolist(), c["in_wrappers"][lo:hi].tolist())]
 
-    def _run(self, lo: int, hi: int, dt: int, states: list[State]) -> tuple[int, bytes]:
-        c = self.cols
+    def _run(self, segment: Mapped, lo: int, hi: int, dt: int, states: list[State]) -> tuple[int, bytes]:
+        c, layout = segment.cols, segment.layout
         actions = c["actions"][lo:hi].copy()
-        if self.steps:  # a rollout of T steps an item (infos without "n_steps": that is a field of its own)
-            parts = self.engine.rollout_raw(states, actions, dt, self.steps, first_index=lo, n=hi - lo)
+        if layout.steps:  # a rollout of T steps an item (infos without "n_steps": that is a field of its own)
+            parts = self.engine.rollout_raw(states, actions, dt, layout.steps, first_index=lo, n=hi - lo)
             out_states, obs, rewards, terms, truncs = (parts.states, parts.observations, parts.rewards,
                                                        parts.terminations, parts.truncations)
             steps, infos = parts.n_steps, parts.infos
         else:
             out_states, obs, rewards, terms, truncs, infos = self.engine.run_raw(states, actions, dt)
             steps = [info.pop("n_steps") for info in infos]
-        if not self._fits(out_states, obs):
+        if not self._fits(c, layout.pickled, out_states, obs):
             return wire.FULL, b""
         c["obs"][lo:hi] = obs
         c["rewards"][lo:hi] = np.array(rewards, dtype=np.float64)
         c["terminations"][lo:hi] = np.array(terms, dtype=bool)
         c["truncations"][lo:hi] = np.array(truncs, dtype=bool)
         c["n_steps"][lo:hi] = steps
-        if self.pickled:
-            assert self.segment is not None
-            slab, _, layout = self.segment
-            return wire.STATES, wire.pack_states_tail(out_states, infos if any(infos) else None, slab,
-                                                      layout.region("out_states", lo, hi))[0]
+        if layout.pickled:  # (each result its own capture: packed without looking for one listed twice)
+            return wire.STATES, wire.pack_states_tail(out_states, infos if any(infos) else None, segment.slab,
+                                                      layout.region("out_states", lo, hi), unique=True)[0]
         c["out_sim"][lo:hi] = [s.sim for s in out_states]
         c["out_extra"][lo:hi] = [wire.encode_extra(s.extra) for s in out_states]
         c["out_wrappers"][lo:hi] = [s.wrappers for s in out_states]
@@ -127,15 +129,16 @@ class LaneRows:
             return wire.INFOS, pickle.dumps(infos, PROTOCOL)
         return wire.OK, b""
 
-    def _fits(self, states: list[State], obs: list) -> bool:
-        """Whether the results fit the columns exactly (else the caller runs the call on the general path)."""
-        c = self.cols
+    @staticmethod
+    def _fits(c: dict[str, np.ndarray], pickled: bool, states: list[State], obs: list) -> bool:
+        """Whether the results fit the columns ``c`` exactly (else the caller runs the call on the general path);
+        ``pickled``: the states travel pickled (only the observations are columns)."""
         sim_shape, n_wrappers = c["out_sim"].shape[1:], c["out_wrappers"].shape[1]
         obs_col = c["obs"]
         for s, o in zip(states, obs):
             if type(o) is not np.ndarray or o.dtype != obs_col.dtype or o.shape != obs_col.shape[1:]:
                 return False
-            if self.pickled:
+            if pickled:
                 continue
             sim: Any = s.sim
             if type(sim) is not np.ndarray or sim.dtype != F8 or sim.shape != sim_shape or wire.encode_extra(s.extra) is None:
