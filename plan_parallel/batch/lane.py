@@ -229,7 +229,7 @@ class Lane:
             elif type(sim) is np.ndarray and sim.dtype == F8 and sim.ndim == 1 and all(
                     type(v) is int for v in first.wrappers):
                 self._ensure_layout(job, sim.shape[0], len(first.wrappers), False)
-                rngs = write_row_states(self.cols, states)
+                rngs = write_row_states(self.cols, states, self.kind)
         if rngs is None:
             if not self.pickled:
                 return None

@@ -89,6 +89,9 @@ class State:
             It is kept so that a restored env can report its observation.
         held_by: the library's own record of the process workers holding this state (see
             :mod:`plan_parallel.wire.held`); not part of its value: never compared, pickled or copied.
+        source_row: the library's own record of the batch columns this state was read from (see
+            :func:`~plan_parallel.batch.lane_columns.read_row_states`), so that a call given it back copies its
+            row; not part of its value: never compared, pickled or copied.
 
     States compare equal when every field is bitwise equal, and hash by
     :meth:`key`. They are values: every array a state holds (in ``sim``, ``extra``,
@@ -103,7 +106,8 @@ class State:
     in place (a worker that holds the state would keep the old value).
     """
 
-    __slots__ = ("_blob", "_checked", "_key", "_obs", "_sim", "extra", "held_by", "kind", "rng", "wrappers")
+    __slots__ = ("_blob", "_checked", "_key", "_obs", "_sim", "extra", "held_by", "kind", "rng", "source_row",
+                 "wrappers")
 
     def __init__(
         self,
@@ -119,6 +123,7 @@ class State:
         self._blob: bytes | None = None
         self._checked: Any = None  # the token(s) of the checks it passed, or of the envs that made it (validate_each)
         self.held_by: Any = None  # the workers' tables holding it: {table id: its key and fields}, or SENT_ONCE (wire.held)
+        self.source_row: Any = None  # (columns, row, extra, rng, wrappers) it was read from, or None (batch.lane_columns)
         self.extra = freeze(extra)
         self.rng = freeze(rng)
         self.wrappers = freeze(wrappers)
@@ -138,7 +143,7 @@ class State:
         """
         _freeze_parts(sim, extra, wrappers)
         s = cls.__new__(cls)
-        s.kind, s._sim, s._blob, s._checked, s.held_by = kind, sim, None, checker, None
+        s.kind, s._sim, s._blob, s._checked, s.held_by, s.source_row = kind, sim, None, checker, None, None
         s.extra, s.rng, s.wrappers, s._obs = extra, rng, wrappers, obs
         return s
 
@@ -148,7 +153,7 @@ class State:
         """:meth:`captured`, of parts its caller made read-only already (rows of a chunk's columns, frozen once a
         chunk: :func:`freeze`); with ``blob``, the simulator value's bytes form (``sim`` is then not decoded)."""
         s = cls.__new__(cls)
-        s.kind, s._sim, s._blob, s._checked, s.held_by = kind, sim, blob, checker, None
+        s.kind, s._sim, s._blob, s._checked, s.held_by, s.source_row = kind, sim, blob, checker, None, None
         s.extra, s.rng, s.wrappers, s._obs = extra, rng, wrappers, obs
         return s
 
@@ -184,6 +189,7 @@ class State:
         self._blob = None
         self._checked = None  # a new value is checked again
         self.held_by = None  # and sent again
+        self.source_row = None  # (its row holds the old value)
 
     @property
     def obs(self) -> Any:

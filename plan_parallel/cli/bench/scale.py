@@ -11,7 +11,9 @@ Two tables, both with every batch on the workers (``placement="workers"``):
 * **The Amdahl bound of real envs**: CartPole B=512, Pong (RGB, frameskip 1; and RAM observations, whose
   states take the lane pickled) B=64 and HalfCheetah B=64 on
   ``--workers`` workers: the workers' CPU an item ÷ the caller's CPU an item is how many workers the
-  calling process can keep busy before its own work is the bottleneck.
+  calling process can keep busy before its own work is the bottleneck. The caller's CPU is measured for
+  states of three origins: made elsewhere (an inline env's, checked and written field by field), a list of
+  the env's own result's states (what a planner passes back), and that result's whole ``states`` batch.
 """
 from __future__ import annotations
 
@@ -64,11 +66,17 @@ def _amdahl_row(label: str, env_id: str, kw: dict, n: int, repeats: int, workers
     policy = pp.ExecutionPolicy(n_workers=workers, placement="workers")
     with pp.make(env_id, backend="inline", **kw) as ref, pp.make(env_id, execution=policy, **kw) as env:
         states, actions = make_workload(ref, n)
-        t = measure({"workers": lambda: env.step_batch(actions, states)}, repeats,
-                    pids={"workers": lambda: env.pids})["workers"]
-    caller, worker = t.caller_cpu / n, t.worker_cpu / n
-    return (f"{label:<16} {n:>5} {caller * 1e6:>10.1f} {worker * 1e6:>10.1f} {worker / caller:>10.1f}"
-            f" {t.wall / n * 1e6:>10.1f}")
+        env.step_batch(actions, states)
+        batch = env.step_batch(actions, states).states
+        own = list(batch)
+        t = measure({"elsewhere": lambda: env.step_batch(actions, states),
+                     "own list": lambda: env.step_batch(actions, own),
+                     "own batch": lambda: env.step_batch(actions, batch)}, repeats,
+                    pids={k: lambda: env.pids for k in ("elsewhere", "own list", "own batch")})
+    callers = [t[k].caller_cpu / n for k in ("elsewhere", "own list", "own batch")]
+    worker = t["own list"].worker_cpu / n
+    return (f"{label:<16} {n:>5} {'/'.join(f'{c * 1e6:.1f}' for c in callers):>18} {worker * 1e6:>10.1f} "
+            f"{worker / callers[1]:>10.1f} {t['own list'].wall / n * 1e6:>10.1f}")
 
 
 def bench_scale(repeats: int, quick: bool, workers: int) -> list[str]:
@@ -99,8 +107,9 @@ def bench_scale(repeats: int, quick: bool, workers: int) -> list[str]:
     lines += [
         "",
         f"the Amdahl bound of real envs (W={workers}, every batch on the workers): CPU microseconds an item, the "
-        "caller's and the workers'; bound: workers' ÷ caller's, the workers the calling process can keep busy",
-        f"{'workload':<16} {'B':>5} {'caller us':>10} {'workers us':>10} {'bound W':>10} {'wall us':>10}",
+        "caller's (states made elsewhere / a list of the env's own result's states / that result's batch) and the "
+        "workers'; bound: workers' ÷ caller's (own list), the workers the calling process can keep busy",
+        f"{'workload':<16} {'B':>5} {'caller us e/l/b':>18} {'workers us':>10} {'bound W':>10} {'wall us':>10}",
     ]
     for label, env_id, kw, n in AMDAHL_CASES[:1] if quick else AMDAHL_CASES:
         lines.append(_amdahl_row(label, env_id, kw, n, repeats, workers))
