@@ -102,9 +102,10 @@ def rollout(env: PlanningEnv, states: Sequence[State], actions: np.ndarray, dt: 
 
 
 def _rollouts(rb: Any) -> Rollouts:
-    """The part of a ``RolloutBatch`` planners use."""
+    """The part of a ``RolloutBatch`` planners use (its states as they came: a ``StateBatch`` makes a state when
+    read, and a search that scores rollouts by their rewards reads none)."""
     return Rollouts(
-        list(rb.states),
+        rb.states,
         np.asarray(rb.rewards, dtype=np.float64),
         np.asarray(rb.terminations, dtype=bool),
         np.asarray(rb.truncations, dtype=bool),
