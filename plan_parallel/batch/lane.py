@@ -217,16 +217,9 @@ class Lane:
         assert states is not None
         n, rngs = job.n, None
         if self.rows:
-            columns, first = getattr(states, "columns", None), states[0]
+            first = states[0]
             sim = first.sim
-            if type(columns) is StateColumns and columns.kind == self.kind:  # the rows of a lane call's result
-                self._ensure_layout(job, sim.shape[0], len(first.wrappers), False)
-                c = self.cols
-                c["in_sim"][:n] = columns.sims
-                c["in_extra"][:n] = columns.extras
-                c["in_wrappers"][:n] = columns.wrappers
-                rngs = columns.rngs
-            elif type(sim) is np.ndarray and sim.dtype == F8 and sim.ndim == 1 and all(
+            if type(sim) is np.ndarray and sim.dtype == F8 and sim.ndim == 1 and all(
                     type(v) is int for v in first.wrappers):
                 self._ensure_layout(job, sim.shape[0], len(first.wrappers), False)
                 rngs = write_row_states(self.cols, states, self.kind)

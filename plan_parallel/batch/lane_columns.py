@@ -1,5 +1,6 @@
-"""The caller's side of the lane's row layouts: states written into the input rows, and read from the output
-rows as a :class:`~plan_parallel.state.state_batch.StateBatch` whose states are made when read.
+"""The caller's side of the lane's row layouts: states written into the input rows (a result's columns copied
+as they are when it is given back whole), and read from the output rows as a
+:class:`~plan_parallel.state.state_batch.StateBatch` whose states are made when read.
 
 A row holds a state's simulator array (float64), its ``extra`` as an integer and its wrapper counters
 (:mod:`plan_parallel.wire.lane`); a row layout is only made for families whose step draws nothing from the
@@ -60,16 +61,25 @@ def _write_from_sources(cols: dict[str, np.ndarray], states: Any, kind: str) -> 
     if any(columns.kind != kind for columns, _ in groups):
         return None
     for columns, where in groups:
-        picked = taken[where]
-        cols["in_sim"][where] = columns.sims[picked]
-        cols["in_extra"][where] = columns.extras[picked]
-        cols["in_wrappers"][where] = columns.wrappers[picked]
+        _copy_rows(cols, where, columns, taken[where])
     return rngs
 
 
+def _copy_rows(cols: dict[str, np.ndarray], where: Any, columns: StateColumns, picked: Any) -> None:
+    """Write rows ``picked`` of a result's ``columns`` into the input rows ``where`` of ``cols``."""
+    cols["in_sim"][where] = columns.sims[picked]
+    cols["in_extra"][where] = columns.extras[picked]
+    cols["in_wrappers"][where] = columns.wrappers[picked]
+
+
 def write_row_states(cols: dict[str, np.ndarray], states: Any, kind: str) -> list[Any] | None:
-    """Write a list of states of ``kind`` into the input rows of a row layout's columns ``cols``; their RNG values,
-    or None when a state does not fit (another form of simulator value or extra, no RNG value)."""
+    """Write states of ``kind`` (a list, or a lane result's whole ``StateBatch``) into the input rows of a row
+    layout's columns ``cols``; their RNG values, or None when a state does not fit (another form of simulator value
+    or extra, no RNG value)."""
+    columns = getattr(states, "columns", None)
+    if type(columns) is StateColumns and columns.kind == kind:  # a result given back whole: its columns as they are
+        _copy_rows(cols, slice(0, len(states)), columns, slice(None))
+        return columns.rngs
     rngs = _write_from_sources(cols, states, kind)
     if rngs is not None:
         return rngs
