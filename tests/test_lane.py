@@ -36,12 +36,15 @@ from tests.envs_faults import SlowOrRaisingEnv
 from tests.helpers import assert_batches_equal
 from tests.test_interrupts import Interrupt, InterruptAtLine
 
-ROW_ENVS = ["CartPole-v1", "Acrobot-v1", "MountainCar-v0", "HalfCheetah-v5", "Hopper-v5"]
+# Rows: classic control and MuJoCo (float64 arrays); ALE (a state's bytes, the sticky pair and its RNG as words:
+# sticky actions draw), with RAM observations (small rows) and with screens (100 KB: lent to the result).
+LENT_ENVS: list[Any] = [("ALE/Pong-v5", {"frameskip": 1})]
+ROW_ENVS: list[Any] = ["CartPole-v1", "Acrobot-v1", "MountainCar-v0", "HalfCheetah-v5", "Hopper-v5",
+                       ("ALE/Pong-v5", {"obs_type": "ram"}), *LENT_ENVS]
 # States pickled: an extra that is a float; a float32 state; user envs whose steps draw from their RNG (one
-# with numpy infos); ALE with sticky actions drawing from the RNG (RAM observations: small rows).
-PICKLED_ENVS: list[Any] = ["Pendulum-v1", "MountainCarContinuous-v0", ArrayStateEnv, CounterEnv, NumpyInfoEnv,
-                           ("ALE/Pong-v5", {"obs_type": "ram"})]
-GENERAL_ENVS: list[Any] = ["FrozenLake-v1", ("ALE/Pong-v5", {"frameskip": 1})]  # a Discrete observation; large ones
+# with numpy infos).
+PICKLED_ENVS: list[Any] = ["Pendulum-v1", "MountainCarContinuous-v0", ArrayStateEnv, CounterEnv, NumpyInfoEnv]
+GENERAL_ENVS: list[Any] = ["FrozenLake-v1"]  # a Discrete observation
 
 
 def env_name(spec: Any) -> str:
@@ -115,6 +118,8 @@ def test_every_call_equals_inline_with_the_lane_on_or_off(spec: Any, n_workers: 
         if lane and spec not in GENERAL_ENVS:
             assert took >= 20, f"the lane took {took} of {env.stats['batches']} calls"
             assert layout_pickled(env) is (spec in PICKLED_ENVS)
+            # (a batch of one screen is copied: a lease costs more than its copy)
+            assert (env.stats["lent_batches"] >= 10) is (spec in LENT_ENVS)
         else:
             assert took == 0
 
@@ -301,12 +306,14 @@ def test_a_lane_call_past_its_timeout_raises_and_the_env_stays_exact() -> None:
 
 
 @pytest.mark.timeout(600)
-@pytest.mark.parametrize("spec,chunked", [("CartPole-v1", False), (ArrayStateEnv, False), ("CartPole-v1", True)],
-                         ids=["rows", "pickled", "chunks-handed-out"])
+@pytest.mark.parametrize("spec,chunked", [("CartPole-v1", False), (ArrayStateEnv, False), ("CartPole-v1", True),
+                                         (LENT_ENVS[0], False)],
+                         ids=["rows", "pickled", "chunks-handed-out", "ale-rows-lent-screens"])
 def test_an_interrupt_at_every_line_of_a_lane_call_leaves_the_env_exact(spec: Any, chunked: bool) -> None:
     """KeyboardInterrupt at the first event of every line of plan_parallel a lane call reaches (where SIGINT is
     not held back), each in its own call; then two calls equal the oracle's. States as rows, or pickled; and
-    calls long enough that the tuner splits them in more chunks than workers (handed out as workers finish)."""
+    calls long enough that the tuner splits them in more chunks than workers (handed out as workers finish); ALE
+    states as rows, their screens lent to the result."""
     rng = np.random.default_rng(3)
     policy = pp.ExecutionPolicy(n_workers=2, placement="workers") if chunked else on_workers(2, lane=True)
     with make_env(spec, backend="inline") as ref, make_env(spec, execution=policy, max_restarts=1000) as env:
@@ -375,7 +382,7 @@ def test_a_reply_to_another_call_is_dropped_and_counted() -> None:
         env.step_batch(acts, [s] * 4)  # the segment exists, the states are trusted
         engine = batch_engine_of(env)
         lane, worker = engine.placement.lane, engine.pool.slots[0].worker
-        worker.send(HEADER.pack(TAG, 10**12, 0, 2, 1, 0, len(lane.key)) + lane.key)  # a call no one waits for
+        worker.send(HEADER.pack(TAG, 10**12, 0, 2, 1, 0, len(lane.key), 0, 0) + lane.key)  # a call no one waits for
         replied = select.poll()
         replied.register(worker.handles()[0], select.POLLIN)
         assert replied.poll(10_000), "the worker answered the header"
@@ -394,7 +401,7 @@ def test_an_env_error_in_a_lane_serve_travels_with_its_item() -> None:
         job = step_job(env.action_space, env.kind, env.reseedable, lambda: s, np.array([0, 1]), [s, s], 1, None)
         lane._write_inputs(job)
         lane.cols["actions"][1] = 5
-        reply = server.lane.serve(HEADER.pack(TAG, 3, 0, 2, 1, 0, len(lane.key)) + lane.key)
+        reply = server.lane.serve(HEADER.pack(TAG, 3, 0, 2, 1, 0, len(lane.key), 0, 0) + lane.key)
         _, call_id, status, _ = REPLY.unpack_from(reply)
         exc, _, item = pickle.loads(reply[REPLY.size:])
         assert (call_id, status, type(exc), item) == (3, ERROR, AssertionError, 1)
@@ -403,16 +410,18 @@ def test_an_env_error_in_a_lane_serve_travels_with_its_item() -> None:
 
 @pytest.mark.parametrize("env_id,row", [("CartPole-v1", "count"), ("Acrobot-v1", "none"), ("MountainCar-v0", "none"),
                                         ("HalfCheetah-v5", "none"), ("Pendulum-v1", None),
-                                        ("MountainCarContinuous-v0", "none"), ("ALE/Pong-v5", None),
+                                        ("MountainCarContinuous-v0", "none"), ("ALE/Pong-v5", "sticky"),
                                         ("FrozenLake-v1", None)])
 def test_which_families_declare_a_fixed_row(env_id: str, row: str | None) -> None:
     """Adapter.row_extra, the family's opt-in: CartPole's extra is a count; Pendulum's (last_u, a float) is not
-    a row; ALE (sticky actions draw) and toy text are not. MountainCarContinuous declares one, but its float32
-    state does not fit the float64 column, so its calls take the general path (see the exactness table)."""
+    a row; ALE's is the sticky pair (its rows hold the RNG too: Adapter.row_rng); toy text is not.
+    MountainCarContinuous declares one, but its float32 state does not fit the float64 column, so its calls
+    take the general path (see the exactness table)."""
     from plan_parallel.env.plan_env import engine_of
 
     with pp.make(env_id, backend="inline") as env:
         assert engine_of(env).adapter.row_extra() == row
+        assert engine_of(env).adapter.row_rng() is (row == "sticky")
 
 
 @pytest.mark.timeout(120)

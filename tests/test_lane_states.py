@@ -1,7 +1,8 @@
 """The lane's pickled states: their arrays and blobs in the segment's state regions, not the pipe.
 
-ALE states (7.7 KB blobs) travel as a chunk's rows of ``in_states`` and ``out_states``; what does not fit a
-region travels in the message, with the same result. The tables of ``tests/test_lane.py`` hold every call
+ALE states (7.7 KB blobs) of an adapter that declares no row layout (a subclass of ALE's) travel as a chunk's
+rows of ``in_states`` and ``out_states``; what does not fit a region travels in the message, with the same
+result. The tables of ``tests/test_lane.py`` hold every call
 equal to inline; these rows hold where the bytes go.
 """
 from __future__ import annotations
@@ -13,6 +14,7 @@ import pytest
 
 import plan_parallel as pp
 from plan_parallel.batch.batch_env import batch_engine_of
+from plan_parallel.state import AleAdapter
 from plan_parallel.wire.columns import unpack_states
 from plan_parallel.wire.lane import MAX_STATE_BYTES, pack_states_tail, state_bytes_for, unpack_states_tail
 from plan_parallel.wire.slabs import Slab
@@ -26,6 +28,10 @@ def pong_states(n: int) -> tuple[Any, list]:
     env = pp.make("ALE/Pong-v5", obs_type="ram", backend="inline")
     env.reset(seed=0)
     return env, [env.step(k % 6)[0] for k in range(n)]
+
+
+class PickledAle(AleAdapter):
+    """ALE's adapter as a user's subclass: its states take the pickled layout (a row layout is the family's own)."""
 
 
 @pytest.mark.timeout(120)
@@ -63,8 +69,8 @@ def test_the_regions_grow_when_a_call_brings_larger_states_and_every_call_equals
     """A first call of 8 items from one state (packed once) sizes the regions small; a call of 8 distinct
     states then does not fit them (its blobs travel in the messages) and the next call's segment is larger.
     Every call equals inline, step and rollout calls alike."""
-    with pp.make("ALE/Pong-v5", obs_type="ram", backend="inline") as ref, \
-            pp.make("ALE/Pong-v5", obs_type="ram", execution=on_workers(n_workers)) as env:
+    with pp.make("ALE/Pong-v5", obs_type="ram", adapter=PickledAle, backend="inline") as ref, \
+            pp.make("ALE/Pong-v5", obs_type="ram", adapter=PickledAle, execution=on_workers(n_workers)) as env:
         lane = batch_engine_of(env).placement.lane
         acts = np.arange(8) % 6
         start, start_ref = env.reset(seed=0)[0], ref.reset(seed=0)[0]

@@ -33,7 +33,7 @@ from typing import Any, NamedTuple
 import numpy as np
 from gymnasium import spaces
 
-from plan_parallel.batch.lane_columns import F8, read_row_states, write_row_states
+from plan_parallel.batch.lane_columns import read_row_states, row_form, write_row_states
 from plan_parallel.batch.parts import SlotState
 from plan_parallel.batch.pool import WorkerPool
 from plan_parallel.errors import ClosedError, WorkerTimeoutError, failed_item
@@ -51,6 +51,7 @@ from plan_parallel.wire.lane import (
     INFOS,
     MAX_SEGMENTS,
     REPLY,
+    RNG_WORDS,
     STATES,
     TAG,
     Layout,
@@ -58,6 +59,7 @@ from plan_parallel.wire.lane import (
     state_bytes_for,
     unpack_states_tail,
 )
+from plan_parallel.wire.leases import Lease, row_layout
 from plan_parallel.wire.messages import WorkerInfo, reraise
 from plan_parallel.wire.slabs import Slab
 
@@ -86,8 +88,16 @@ class Segment(NamedTuple):
 class Inputs(NamedTuple):
     """What :meth:`Lane._write_inputs` wrote: a row layout's states' RNG values, or a pickled layout's states."""
 
-    rngs: list[Any] | None
+    rngs: list[Any] | None  # (empty when the layout's rows hold them)
     states: list[State] | None
+
+
+class Lent(NamedTuple):
+    """The slab lent to a call's observations (:mod:`plan_parallel.wire.leases`) and the result's array over it."""
+
+    lease: Lease
+    observations: np.ndarray
+    name: bytes  # the slab's name, as a header carries it
 
 
 class Reply(NamedTuple):
@@ -117,10 +127,12 @@ class Lane:
         self.local_token: Any = None  # the token of the states the env in this process checked or made
         self.last_step_seconds = 0.0  # the last call's env seconds a step, on the workers' clocks
         self.sent_at: dict[int, float] = {}  # when each worker was sent its header (time.monotonic())
-        space = info.observation_space
+        space = self.observation_space = info.observation_space
         box = isinstance(space, spaces.Box) and pool.worker_type.takes_lane
         self.obs_form = (np.dtype(space.dtype).str, tuple(space.shape)) if box else None
         self.rows = info.row_extra is not None  # states may fit a row layout
+        self.pair = info.row_extra == "sticky"  # their extra as an (int, float) pair
+        self.rng_words = RNG_WORDS if info.row_rng else 0  # their RNG states in the rows (the step draws)
         self.pickled = box and space.dtype.itemsize * int(np.prod(space.shape)) <= MAX_PICKLED_OBS_BYTES
         # The segment of the last call, and those of the last MAX_SEGMENTS forms of call (a planner alternates
         # steps and rollouts: each keeps its own, mapped by the workers once).
@@ -183,20 +195,24 @@ class Lane:
             inputs = self._write_inputs(job)
             if inputs is None:
                 return None
-            replies = self._call(job, ready, step_seconds or 0.0, n_chunks, inputs.states)
+            lent = self._lend(job.n)
+            replies = self._call(job, ready, step_seconds or 0.0, n_chunks, inputs.states, lent)
             if any(r.status == FULL for r in replies.values()):
                 return None  # results that do not fit the columns: the general path runs the call again
-            return self._result(job, replies, inputs.rngs)
+            return self._result(job, replies, inputs.rngs, lent)
 
     # ------------------------------------------------------------------ inputs
-    def _ensure_layout(self, job: Job, sim: int, wrappers: int, pickled: bool) -> None:
+    def _ensure_layout(self, job: Job, sim: int, wrappers: int, blob: int, pickled: bool) -> None:
         """Make current a segment whose rows fit ``job``: the one kept for its forms of rows, made anew when there
-        is none or it has too few rows. ``sim`` values and ``wrappers`` entries a state (0 when ``pickled``)."""
+        is none or it has too few rows. ``sim`` values, ``wrappers`` entries and ``blob`` bytes a state (0 when
+        ``pickled``)."""
         assert self.obs_form is not None
         actions = job.actions
         lay = Layout("", 1 << max(6, (job.n - 1).bit_length()), sim, wrappers, (actions.dtype.str, actions.shape[1:]),
-                     self.obs_form, job.rollout.horizon if job.rollout else 0, pickled, self.state_bytes if pickled else 0)
-        forms = (lay.sim, lay.wrappers, lay.action, lay.steps, lay.pickled)
+                     self.obs_form, job.rollout.horizon if job.rollout else 0, pickled,
+                     self.state_bytes if pickled else 0, blob, self.pair and not pickled,
+                     0 if pickled else self.rng_words)
+        forms = (lay.sim, lay.wrappers, lay.action, lay.steps, lay.pickled, lay.blob)
         with ctrl_c_deferred():  # the segments, the current one's layout and its columns change together
             segment = self.segments.pop(forms, None)
             if segment is None or job.n > segment.layout.capacity or lay.state_bytes > segment.layout.state_bytes:
@@ -217,25 +233,36 @@ class Lane:
         assert states is not None
         n, rngs = job.n, None
         if self.rows:
-            first = states[0]
-            sim = first.sim
-            if type(sim) is np.ndarray and sim.dtype == F8 and sim.ndim == 1 and all(
-                    type(v) is int for v in first.wrappers):
-                self._ensure_layout(job, sim.shape[0], len(first.wrappers), False)
-                rngs = write_row_states(self.cols, states, self.kind)
+            form = row_form(states[0])
+            if form is not None:
+                self._ensure_layout(job, *form, False)
+                assert self.layout is not None
+                rngs = write_row_states(self.cols, states, self.kind, self.layout)
         if rngs is None:
             if not self.pickled:
                 return None
-            self._ensure_layout(job, 0, 0, True)
+            self._ensure_layout(job, 0, 0, 0, True)
         self.cols["actions"][:n] = job.actions
         return Inputs(rngs, None if rngs is not None else list(states))
 
+    def _lend(self, n: int) -> Lent | None:
+        """A slab lent to ``n`` observations when they are large enough (:func:`~plan_parallel.wire.leases.row_layout`:
+        a copy out of the segment would cost more than the lease), or None: they go to the segment."""
+        form = row_layout(self.observation_space, n)
+        if form is None:
+            return None
+        dtype, shape = form
+        lease = self.pool.feeder.leases.lease(math.prod(shape) * dtype.itemsize)
+        return Lent(lease, lease.array(dtype, shape), lease.slab.name.encode("ascii"))
+
     # ------------------------------------------------------------------ the call
     def _call(self, job: Job, ready: list[int], step_seconds: float, n_chunks: int,
-              states: list[State] | None) -> dict[int, Reply]:
+              states: list[State] | None, lent: Lent | None) -> dict[int, Reply]:
         """Split ``job`` in ``n_chunks`` chunks (of :data:`WAKE_SECONDS` of env time at least), send each of the ``ready``
         workers one (with ``states``' of its rows, a pickled layout's) and the next to whichever answers first, and
-        wait for every reply, by each chunk's first row."""
+        wait for every reply, by each chunk's first row. Each header sent is a writer of ``lent``'s slab until its
+        reply is read; one unanswered when the call ends otherwise (a death, an exception) leaves the slab tainted:
+        freed, never lent again."""
         pool, dt = self.pool, job.dt
         assert isinstance(dt, int)
         # A vector env's states (validated with its own env in this process) that no worker made or checked are
@@ -262,11 +289,9 @@ class Lane:
                                                     segment.layout.region("in_states", lo, hi))
                     self.state_bytes = max(self.state_bytes, state_bytes_for(needed, hi - lo))  # (the next segment's)
                 tails[rows] = tail
-            self._send(k, rows, dt, check, tail)
+            self._send(k, rows, dt, check, tail, lent)
             due[k] = rows
 
-        for k in ready[:len(chunks)]:
-            send(k, queue.popleft())
         replies: dict[int, Reply] = {}
         # How long the longest chunk takes, from the env time a step took so far: the wait polls (for a reply due
         # within the worker class's spin time) only in a call that short, where a wake-up is a large share of it.
@@ -274,57 +299,71 @@ class Lane:
         # The call's workers are polled in one order until it ends (the worker class reuses its poll object while
         # the same pipes are polled; one that answered its last chunk is still polled, for its death).
         # The list of their workers is made again only when one was replaced (it died in the call).
-        polled = sorted(due)
-        stale = True
-        while due:
-            if stale:
-                ks = list(polled)
-                workers = [pool.slots[k].worker for k in ks]
-                stale = False
-            now = time.monotonic()
-            oldest = min(self.sent_at[k] for k in due)
-            first = oldest + pool.timeout if pool.timeout else None
-            due_at = oldest + expected
-            ready = pool.worker_type.wait_any(workers, None if first is None else max(0.0, first - now), pool.wake_fd,
-                                              max(due_at - now, expected))
-            if pool.closing:
-                raise ClosedError("the env was closed while this batch was in flight")
-            for j in ready:
-                k = ks[j]
-                if k not in due:  # done with this call: its death (it is replaced) or a stray reply woke it
-                    worker = pool.slots[k].worker
-                    self._read(k)
-                    if pool.slots[k].worker is not worker:
-                        polled.remove(k)
+        try:
+            for k in ready[:len(chunks)]:
+                send(k, queue.popleft())
+            polled = sorted(due)
+            stale = True
+            while due:
+                if stale:
+                    ks = list(polled)
+                    workers = [pool.slots[k].worker for k in ks]
+                    stale = False
+                now = time.monotonic()
+                oldest = min(self.sent_at[k] for k in due)
+                first = oldest + pool.timeout if pool.timeout else None
+                due_at = oldest + expected
+                ready = pool.worker_type.wait_any(workers, None if first is None else max(0.0, first - now), pool.wake_fd,
+                                                  max(due_at - now, expected))
+                if pool.closing:
+                    raise ClosedError("the env was closed while this batch was in flight")
+                for j in ready:
+                    k = ks[j]
+                    if k not in due:  # done with this call: its death (it is replaced) or a stray reply woke it
+                        worker = pool.slots[k].worker
+                        self._read(k)
+                        if pool.slots[k].worker is not worker:
+                            polled.remove(k)
+                            stale = True
+                        continue
+                    got = self._read(k)
+                    if got is not None:
+                        if lent is not None:
+                            lent.lease.writer_done(killed=False)
+                        lo = due.pop(k)[0]
+                        replies[lo] = got
+                        if got.status == FULL:
+                            queue.clear()  # the general path runs the call again
+                        elif got.status == ERROR:  # the chunks before it still run: the first item that fails raises
+                            queue = deque(rows for rows in queue if rows[0] < lo)
+                        if queue:
+                            send(k, queue.popleft())
+                    elif pool.slots[k].lane_due is None:  # it died: its replacement gets the same rows
+                        if lent is not None:
+                            lent.lease.writer_done(killed=True)
+                        pool.wait_started(k)
+                        send(k, due[k])
                         stale = True
-                    continue
-                got = self._read(k)
-                if got is not None:
-                    lo = due.pop(k)[0]
-                    replies[lo] = got
-                    if got.status == FULL:
-                        queue.clear()  # the general path runs the call again
-                    elif got.status == ERROR:  # the chunks before it still run: the first item that fails raises
-                        queue = deque(rows for rows in queue if rows[0] < lo)
-                    if queue:
-                        send(k, queue.popleft())
-                elif pool.slots[k].lane_due is None:  # it died: its replacement gets the same rows
-                    pool.wait_started(k)
-                    send(k, due[k])
-                    stale = True
-            now = time.monotonic()
-            for k in due:
-                if pool.timeout is not None and now > self.sent_at[k] + pool.timeout:
-                    self._time_out(k, due[k], job.op.value)
+                now = time.monotonic()
+                for k in due:
+                    if pool.timeout is not None and now > self.sent_at[k] + pool.timeout:
+                        self._time_out(k, due[k], job.op.value)
+        except BaseException:
+            if lent is not None:  # (the workers of headers unanswered are killed before anything else is sent)
+                lent.lease.abandon()
+            raise
         return replies
 
-    def _send(self, k: int, rows: tuple[int, int], dt: int, check: bool, tail: bytes) -> None:
+    def _send(self, k: int, rows: tuple[int, int], dt: int, check: bool, tail: bytes, lent: Lent | None) -> None:
         slot = self.pool.slots[k]
         call_id = self.pool.next_id()
         key = self.key
-        header = HEADER.pack(TAG, call_id, rows[0], rows[1] - rows[0], dt, check, len(key)) + key + tail
+        name, size = (b"", 0) if lent is None else (lent.name, lent.lease.slab.size)
+        header = HEADER.pack(TAG, call_id, rows[0], rows[1] - rows[0], dt, check, len(key), len(name), size) + key + name + tail
         self.sent_at[k] = time.monotonic()  # (its timeout counts from here: a replacement's anew)
-        with ctrl_c_deferred():  # a header written is a header due
+        with ctrl_c_deferred():  # a header written is a header due (and a writer of the lent slab)
+            if lent is not None:
+                lent.lease.add_writer()
             slot.lane_due = (call_id, rows[0], rows[1] - rows[0])
             try:
                 slot.worker.send(header)
@@ -364,8 +403,10 @@ class Lane:
                                  "it was killed and replaced")
 
     # ------------------------------------------------------------------ the result
-    def _result(self, job: Job, replies: dict[int, Reply], rngs: list[Any] | None) -> StepBatch | RolloutBatch:
-        """The call's result (``rngs``: a row layout's states' RNG values; None: the states came pickled)."""
+    def _result(self, job: Job, replies: dict[int, Reply], rngs: list[Any] | None,
+                lent: Lent | None) -> StepBatch | RolloutBatch:
+        """The call's result (``rngs``: a row layout's states' RNG values; None: the states came pickled; ``lent``:
+        the slab its observations were written to)."""
         errors = [reraise(r.tail, f"raised in {r.worker} during {job.op.value}", lo)
                   for lo, r in replies.items() if r.status == ERROR]
         if errors:
@@ -373,7 +414,7 @@ class Lane:
         segment = self.segment
         assert segment is not None
         n, c = job.n, segment.cols
-        observations = c["obs"][:n].copy()
+        observations = c["obs"][:n].copy() if lent is None else lent.observations
         observations.flags.writeable = False
         steps = c["n_steps"][:n].tolist()
         rollout = job.rollout is not None
@@ -392,11 +433,12 @@ class Lane:
                         info["n_steps"] = k
                 infos[lo:lo + len(got)] = got
         states = (StateBatch(n, parts, observations) if rngs is None
-                  else read_row_states(c, n, self.kind, rngs, observations, self.trust))
+                  else read_row_states(c, n, self.kind, rngs, observations, self.trust, segment.layout))
         stats = self.pool.stats
         stats["batches"] += 1
         stats["items"] += n
         stats["lane_batches"] += 1
+        stats["lent_batches"] += lent is not None
         env_seconds = sum(r.env_seconds for r in replies.values())
         stats["env_seconds"] += env_seconds
         self.last_step_seconds = env_seconds / max(1, sum(steps))

@@ -2,9 +2,10 @@
 as they are when it is given back whole), and read from the output rows as a
 :class:`~plan_parallel.state.state_batch.StateBatch` whose states are made when read.
 
-A row holds a state's simulator array (float64), its ``extra`` as an integer and its wrapper counters
-(:mod:`plan_parallel.wire.lane`); a row layout is only made for families whose step draws nothing from the
-RNG, so each result carries the RNG value of the state it started from.
+A row holds a state's simulator array (float64) or its bytes form (an ALE state's, one length a layout), its
+``extra`` as an integer or an (int, float) pair, its wrapper counters and, when the step draws, its RNG state as
+words (:mod:`plan_parallel.wire.lane`); in a layout without RNG words the step draws nothing from the RNG, so
+each result carries the RNG value of the state it started from.
 
 A state read from a result's columns notes them and its row (:attr:`State.source_row`, with the very ``extra``,
 ``rng`` and ``wrappers`` objects it was given), so a list of such states given back to a call (a beam's best,
@@ -19,9 +20,10 @@ import numpy as np
 
 from plan_parallel.state import State
 from plan_parallel.state.state_batch import StateBatch, StateColumns
-from plan_parallel.wire.lane import decode_extra, encode_extra
+from plan_parallel.state.state_value import RowBytes
+from plan_parallel.wire.lane import Layout, decode_extra, encode_extra, encode_pair, rng_of_words, rng_words
 
-__all__ = ["F8", "read_row_states", "write_row_states"]
+__all__ = ["F8", "MAX_SOURCES", "MIN_FROM_SOURCES", "read_row_states", "row_form", "write_row_states"]
 
 F8 = np.dtype(np.float64)
 # A list of states read from more result columns than this is written from its fields (a copy a source costs
@@ -31,7 +33,28 @@ MAX_SOURCES = 8
 MIN_FROM_SOURCES = 4
 
 
-def _write_from_sources(cols: dict[str, np.ndarray], states: Any, kind: str) -> list[Any] | None:
+def row_form(first: State) -> tuple[int, int, int] | None:
+    """``(sim, wrappers, blob)``: float64 values, wrapper counters and bytes of a row layout that the state ``first``
+    of a call would fit (a float64 array, or a bytes form: ``blob`` > 0 and ``sim`` 0), or None."""
+    if not all(type(v) is int for v in first.wrappers):
+        return None
+    sim = first.wire_sim
+    if type(sim) is np.ndarray and sim.dtype == F8 and sim.ndim == 1:
+        return sim.shape[0], len(first.wrappers), 0
+    try:
+        blob = first.sim_blob()
+    except Exception:  # a malformed value: the pickled path raises what the inline backend would
+        return None
+    return None if type(blob) is not bytes else (0, len(first.wrappers), len(blob))
+
+
+def _fits(cols: dict[str, np.ndarray], columns: StateColumns, kind: str, layout: Layout) -> bool:
+    """Whether a result's ``columns`` are of ``kind`` and have the rows of ``layout``'s input columns ``cols``."""
+    return columns.kind == kind and tuple(columns.fields) == layout.state_stems() and all(
+        col.shape[1:] == cols["in_" + stem].shape[1:] for stem, col in columns.fields.items())
+
+
+def _write_from_sources(cols: dict[str, np.ndarray], states: Any, kind: str, layout: Layout) -> list[Any] | None:
     """Write ``states`` into the input rows from the result columns of ``kind`` they were read from, unchanged
     since; their RNG values, or None when one was not (or more than :data:`MAX_SOURCES` columns are named)."""
     first = states[0].source_row
@@ -58,7 +81,7 @@ def _write_from_sources(cols: dict[str, np.ndarray], states: Any, kind: str) -> 
         if len(ids) > MAX_SOURCES:
             return None
         groups = [(owners[i], np.flatnonzero(group_of == g)) for g, i in enumerate(first_at.tolist())]
-    if any(columns.kind != kind for columns, _ in groups):
+    if not all(_fits(cols, columns, kind, layout) for columns, _ in groups):
         return None
     for columns, where in groups:
         _copy_rows(cols, where, columns, taken[where])
@@ -67,56 +90,109 @@ def _write_from_sources(cols: dict[str, np.ndarray], states: Any, kind: str) -> 
 
 def _copy_rows(cols: dict[str, np.ndarray], where: Any, columns: StateColumns, picked: Any) -> None:
     """Write rows ``picked`` of a result's ``columns`` into the input rows ``where`` of ``cols``."""
-    cols["in_sim"][where] = columns.sims[picked]
-    cols["in_extra"][where] = columns.extras[picked]
-    cols["in_wrappers"][where] = columns.wrappers[picked]
+    for stem, col in columns.fields.items():
+        cols["in_" + stem][where] = col[picked]
 
 
-def write_row_states(cols: dict[str, np.ndarray], states: Any, kind: str) -> list[Any] | None:
-    """Write states of ``kind`` (a list, or a lane result's whole ``StateBatch``) into the input rows of a row
-    layout's columns ``cols``; their RNG values, or None when a state does not fit (another form of simulator value
-    or extra, no RNG value)."""
-    columns = getattr(states, "columns", None)
-    if type(columns) is StateColumns and columns.kind == kind:  # a result given back whole: its columns as they are
-        _copy_rows(cols, slice(0, len(states)), columns, slice(None))
-        return columns.rngs
-    rngs = _write_from_sources(cols, states, kind)
-    if rngs is not None:
-        return rngs
+def _write_fields(cols: dict[str, np.ndarray], states: Any, layout: Layout) -> list[Any] | None:
+    """Write ``states`` into the input rows from their fields; their RNG values (empty when the rows hold them),
+    or None when one does not fit ``layout``."""
     n = len(states)
-    sims = [s.sim for s in states]
-    extras = [encode_extra(s.extra) for s in states]
+    if layout.blob:
+        try:
+            blobs = [s.sim_blob() for s in states]
+        except Exception:  # a malformed value: the pickled path raises what the inline backend would
+            return None
+        if any(type(b) is not bytes or len(b) != layout.blob for b in blobs):
+            return None
+        cols["in_blob"][:n] = np.frombuffer(b"".join(blobs), np.uint8).reshape(n, layout.blob)  # type: ignore[arg-type]
+    else:
+        sims = [s.sim for s in states]
+        if any(type(x) is not np.ndarray or x.dtype != F8 for x in sims):
+            return None
+        try:
+            cols["in_sim"][:n] = sims
+        except ValueError:  # ragged: a state of another shape
+            return None
+    if layout.pair:
+        pairs = [encode_pair(s.extra) for s in states]
+        if None in pairs:
+            return None
+        cols["in_extra"][:n] = [p[0] for p in pairs]  # type: ignore[index]
+        cols["in_extra_f"][:n] = [p[1] for p in pairs]  # type: ignore[index]
+    else:
+        extras = [encode_extra(s.extra) for s in states]
+        if None in extras:
+            return None
+        cols["in_extra"][:n] = extras
     rngs = [s.rng for s in states]
-    if None in extras or any(r is None for r in rngs) or any(
-            type(x) is not np.ndarray or x.dtype != F8 for x in sims):
+    if layout.rng:
+        words = [rng_words(r) for r in rngs]
+        if None in words:
+            return None
+        cols["in_rng"][:n] = words
+        rngs = []
+    elif any(r is None for r in rngs):
         return None
+    if not cols["in_wrappers"].shape[1]:  # (no wrapper counters: an ALE v5 env's stack)
+        return None if any(s.wrappers for s in states) else rngs
     try:
         wrappers = np.array([s.wrappers for s in states])
-        cols["in_sim"][:n] = sims
-    except ValueError:  # ragged: a state of another shape
+    except ValueError:  # ragged
         return None
     if wrappers.dtype.kind != "i" or wrappers.shape != cols["in_wrappers"][:n].shape:
         return None
     cols["in_wrappers"][:n] = wrappers
-    cols["in_extra"][:n] = extras
     return rngs
 
 
+def write_row_states(cols: dict[str, np.ndarray], states: Any, kind: str, layout: Layout) -> list[Any] | None:
+    """Write states of ``kind`` (a list, or a lane result's whole ``StateBatch``) into the input rows of a row
+    layout's columns ``cols``; their RNG values (empty when the layout's rows hold them), or None when a state does
+    not fit (another form of simulator value or extra, no RNG value or another bit generator's)."""
+    columns = getattr(states, "columns", None)
+    if type(columns) is StateColumns and _fits(cols, columns, kind, layout):  # a result given back whole: its columns as they are
+        _copy_rows(cols, slice(0, len(states)), columns, slice(None))
+        return [] if layout.rng else columns.rngs
+    rngs = _write_from_sources(cols, states, kind, layout)
+    if rngs is not None:
+        return [] if layout.rng else rngs
+    return _write_fields(cols, states, layout)
+
+
 def read_row_states(cols: dict[str, np.ndarray], n: int, kind: str, rngs: list[Any], observations: np.ndarray,
-                    trust: Any) -> StateBatch:
-    """The states of the first ``n`` output rows of ``cols`` (made when read; ``rngs``: each one's RNG value,
-    ``trust``: the token of the workers that made them), and their columns."""
-    sims = cols["out_sim"][:n].copy()
-    sims.flags.writeable = False
-    extra_col, wrappers_col = cols["out_extra"][:n].copy(), cols["out_wrappers"][:n].copy()
+                    trust: Any, layout: Layout) -> StateBatch:
+    """The states of the first ``n`` output rows of ``cols`` (made when read; ``rngs``: each one's RNG value when
+    the layout's rows hold none, ``trust``: the token of the workers that made them), and their columns."""
+    fields = {stem: cols["out_" + stem][:n].copy() for stem in layout.state_stems()}
+    for col in fields.values():
+        col.flags.writeable = False
+    extra_col, wrappers_col = fields["extra"], fields["wrappers"]
     extras = extra_col.tolist()  # (the wrappers' rows are made tuples when a state is: N small lists made
     # here would stay tracked by the garbage collector, whose passes then cost more than the lists)
-    columns = StateColumns(kind, sims, extra_col, wrappers_col, rngs, trust)
+    columns = StateColumns(kind, fields, None if layout.rng else rngs, trust)
+    make: Any
+    if not (layout.blob or layout.pair or layout.rng):
+        sims = fields["sim"]
 
-    def make(k: int) -> State:
-        extra, rng, wrappers = decode_extra(extras[k]), rngs[k], tuple(wrappers_col[k].tolist())
-        state = State.of_frozen(kind, sims[k], extra, rng, wrappers, None, trust)
-        state.source_row = (columns, k, extra, rng, wrappers)
-        return state
+        def make(k: int) -> State:
+            extra, rng, wrappers = decode_extra(extras[k]), rngs[k], tuple(wrappers_col[k].tolist())
+            state = State.of_frozen(kind, sims[k], extra, rng, wrappers, None, trust)
+            state.source_row = (columns, k, extra, rng, wrappers)
+            return state
+    else:
+        floats = fields["extra_f"].tolist() if layout.pair else None
+        blobs, floats_sims, words = fields.get("blob"), fields.get("sim"), fields.get("rng")
+
+        def make(k: int) -> State:
+            extra = (extras[k], floats[k]) if floats is not None else decode_extra(extras[k])
+            rng = rngs[k] if words is None else rng_of_words(words[k].tolist())
+            wrappers = tuple(wrappers_col[k].tolist())
+            if blobs is not None:
+                state = State.from_blob(kind, RowBytes(blobs, k), extra, rng, wrappers, None, trust, frozen=True)
+            else:
+                state = State.of_frozen(kind, floats_sims[k], extra, rng, wrappers, None, trust)  # type: ignore[index]
+            state.source_row = (columns, k, extra, rng, wrappers)
+            return state
 
     return StateBatch(n, [(0, n, make)], observations, columns)

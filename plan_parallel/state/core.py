@@ -125,11 +125,16 @@ class Adapter:
         return None
 
     def row_extra(self) -> str | None:
-        """Hook: ``"none"`` or ``"count"`` when this env's states fit a fixed row (the lane's row layout,
-        :mod:`plan_parallel.wire.lane`): a float64 simulator array, an ``extra`` that is None (``"none"``) or
-        None or a plain int >= 0 (``"count"``), and a step that draws nothing from the RNG; None (the default)
-        when they do not (the lane then sends the states pickled)."""
+        """Hook: ``"none"``, ``"count"`` or ``"sticky"`` when this env's states fit a fixed row (the lane's row
+        layout, :mod:`plan_parallel.wire.lane`): a float64 simulator array or a bytes form of one length, an
+        ``extra`` that is None (``"none"``), None or a plain int >= 0 (``"count"``), or a (plain int, float) pair
+        (``"sticky"``), and a step that draws nothing from the RNG unless :meth:`row_rng`; None (the default) when
+        they do not (the lane then sends the states pickled)."""
         return None
+
+    def row_rng(self) -> bool:
+        """Hook: whether a row holds its state's RNG (a PCG64 state, as words), for a step that draws from it."""
+        return False
 
     def check_extra(self, extra: Any) -> str | None:
         """Why ``extra`` cannot belong to this env (None if it looks right). Cheap.

@@ -29,16 +29,15 @@ class StateColumns(NamedTuple):
     """The fields of a batch's N states as columns, when every state has a fixed row (the lane's:
     :mod:`plan_parallel.wire.lane`), so that a call given the batch back reads them without making a state.
 
-    ``sims`` (N x k float64, read-only), ``extras`` (N int64: the lane's encoding of ``extra``), ``wrappers``
-    (N x m int64), ``rngs`` (N RNG values), all of one ``kind``; ``token``: the check they pass
-    (:func:`~plan_parallel.state.state_value.validate_each`).
+    ``fields``: N rows a column, by the lane's name of it (``"sim"``: N x k float64, ``"extra"``: N int64, the
+    lane's encoding of ``extra``, ``"wrappers"``: N x m int64; and, for the layouts that have them, ``"blob"``,
+    ``"extra_f"``, ``"rng"``), read-only; ``rngs``: the N RNG values (None for a layout whose rows hold them),
+    all of one ``kind``; ``token``: the check they pass (:func:`~plan_parallel.state.state_value.validate_each`).
     """
 
     kind: str
-    sims: np.ndarray
-    extras: np.ndarray
-    wrappers: np.ndarray
-    rngs: list
+    fields: dict[str, np.ndarray]
+    rngs: list | None
     token: Any
 
 

@@ -9,7 +9,7 @@ capture and restore it.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -17,7 +17,7 @@ from plan_parallel.errors import StateError, mark_failed_item
 from plan_parallel.state.sim_blobs import sim_blobs
 from plan_parallel.state.values import value_digest, values_equal
 
-__all__ = ["MAX_TOKENS", "State", "checked_by", "freeze", "mark_checked", "validate_each"]
+__all__ = ["MAX_TOKENS", "RowBytes", "State", "checked_by", "freeze", "mark_checked", "validate_each"]
 
 _ATOMS = frozenset({int, float, bool, str, bytes, type(None)})
 
@@ -71,6 +71,18 @@ def _freeze_parts(sim: Any, extra: Any, wrappers: tuple) -> None:
             freeze(v)
 
 
+class RowBytes(NamedTuple):
+    """A simulator value's bytes form kept as row ``row`` of a read-only uint8 ``column`` (a lane result's), until a
+    state made of it needs it as bytes (:meth:`State.sim_blob`): a state that is only given back to the lane never
+    copies it out."""
+
+    column: np.ndarray
+    row: int
+
+    def read(self) -> bytes:
+        return self.column[self.row].tobytes()
+
+
 class State:
     """The complete state of one env, as a picklable value.
 
@@ -120,7 +132,7 @@ class State:
     ) -> None:
         self.kind = kind
         self._sim = sim
-        self._blob: bytes | None = None
+        self._blob: bytes | RowBytes | None = None
         self._checked: Any = None  # the token(s) of the checks it passed, or of the envs that made it (validate_each)
         self.held_by: Any = None  # the workers' tables holding it: {table id: its key and fields}, or SENT_ONCE (wire.held)
         self.source_row: Any = None  # (columns, row, extra, rng, wrappers) it was read from, or None (batch.lane_columns)
@@ -149,7 +161,7 @@ class State:
 
     @classmethod
     def of_frozen(cls, kind: str, sim: Any, extra: Any, rng: dict | None, wrappers: tuple, obs: Any,
-                  checker: Any, blob: bytes | None = None) -> State:
+                  checker: Any, blob: bytes | RowBytes | None = None) -> State:
         """:meth:`captured`, of parts its caller made read-only already (rows of a chunk's columns, frozen once a
         chunk: :func:`freeze`); with ``blob``, the simulator value's bytes form (``sim`` is then not decoded)."""
         s = cls.__new__(cls)
@@ -158,12 +170,13 @@ class State:
         return s
 
     @classmethod
-    def from_blob(cls, kind: str, blob: bytes, extra: Any = None, rng: dict | None = None, wrappers: tuple = (),
+    def from_blob(cls, kind: str, blob: bytes | RowBytes, extra: Any = None, rng: dict | None = None, wrappers: tuple = (),
                   obs: Any = None, checker: Any = None, frozen: bool = False) -> State:
         """A state whose simulator value is given in its family's bytes form (:func:`register_sim_blobs`).
 
         It is decoded the first time :attr:`sim` is read. A state that only
-        travels (from a worker, back to a worker, pickled) is never decoded.
+        travels (from a worker, back to a worker, pickled) is never decoded. ``blob`` may be a :class:`RowBytes`,
+        copied out when first needed.
         ``checker``: the token of the check it passed, or of the envs that made it (see :func:`validate_each`).
         ``rng`` is frozen where it was read, as :meth:`captured`'s; ``frozen``: ``extra`` and ``wrappers`` too.
         """
@@ -177,8 +190,9 @@ class State:
         sim = self._sim
         if sim is _UNDECODED:
             codec = sim_blobs(self.kind)
-            assert codec is not None and self._blob is not None, "only a family with a bytes form makes such a state"
-            sim = self._sim = freeze(codec.from_bytes(self._blob))
+            blob = self.sim_blob()
+            assert codec is not None and blob is not None, "only a family with a bytes form makes such a state"
+            sim = self._sim = freeze(codec.from_bytes(blob))
         return sim
 
     @sim.setter
@@ -214,7 +228,7 @@ class State:
     @property
     def wire_sim(self) -> Any:
         """The simulator value as this object holds it: :attr:`sim`, or its bytes form when not decoded yet."""
-        return self._blob if self._sim is _UNDECODED else self._sim
+        return self.sim_blob() if self._sim is _UNDECODED else self._sim
 
     def sim_blob(self) -> bytes | None:
         """The simulator value in its family's bytes form (None for a family without one), kept once made.
@@ -222,8 +236,11 @@ class State:
         Raises:
             Exception: the family's serializer's own error for a malformed value.
         """
-        if self._blob is not None:
-            return self._blob
+        blob = self._blob
+        if type(blob) is RowBytes:  # copied out once
+            blob = self._blob = blob.read()
+        if blob is not None:
+            return blob  # type: ignore[return-value]  # (bytes: a RowBytes was read above)
         codec = sim_blobs(self.kind)
         if codec is None:
             return None
@@ -237,7 +254,7 @@ class State:
 
     def __reduce__(self):
         if self._sim is _UNDECODED:
-            return (State.from_blob, (self.kind, self._blob, self.extra, self.rng, self.wrappers, self.obs))
+            return (State.from_blob, (self.kind, self.sim_blob(), self.extra, self.rng, self.wrappers, self.obs))
         return (State, (self.kind, self._sim, self.extra, self.rng, self.wrappers, self.obs))
 
     def __eq__(self, other: object) -> bool:

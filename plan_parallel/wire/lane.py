@@ -1,10 +1,11 @@
 """The lane's wire: fixed columns in one shared segment, and the headers that name rows of them.
 
 A step or rollout call of states with a fixed row layout (a family's :meth:`~plan_parallel.state.Adapter.row_extra`:
-classic control whose step draws nothing) needs no pickle: the caller writes every input once into
-columns of rows ``0..n`` (the states' simulator arrays, their ``extra`` as an integer, their wrapper
-counters, the actions), sends each worker a :data:`HEADER` naming its rows ``lo..lo+m``, and reads the
-results from the output columns of the same rows. A reply is a :data:`REPLY` header alone, unless it
+classic control and MuJoCo whose step draws nothing, ALE) needs no pickle: the caller writes every input once
+into columns of rows ``0..n`` (the states' simulator arrays or their bytes forms of one length, their ``extra``
+as an integer or an (int, float) pair, their wrapper counters, their RNG states as words when the step draws,
+the actions), sends each worker a :data:`HEADER` naming its rows ``lo..lo+m``, and reads the results from the
+output columns of the same rows. A reply is a :data:`REPLY` header alone, unless it
 carries a pickled tail: the items' infos, the env's error, or results that do not fit the columns.
 
 States of any other form (a user env's ``get_state`` values, an RNG the step draws from) travel *pickled*
@@ -13,6 +14,10 @@ States of any other form (a user env's ``get_state`` values, an RNG the step dra
 actions, observations and outcomes stay in the columns. Their simulator arrays and bytes forms (an ALE
 state's 7.7 KB) go to the segment's state regions when they fit (:attr:`Layout.state_bytes` a row, one
 region for the inputs and one for the results), not through the pipe.
+
+A call's observations, when they are large (a screen each), go to a slab lent to the call's result
+(:mod:`plan_parallel.wire.leases`) whose name the header carries, not to the segment: the result's array is that
+slab, not a copy.
 
 Every lane message starts with :data:`TAG`; a pickle starts with ``0x80``, so a worker tells the two
 apart on the one pipe it reads in order (a ``set_state`` then a lane step run in that order).
@@ -33,12 +38,15 @@ from plan_parallel.state import State
 from plan_parallel.wire.columns import pack_states
 from plan_parallel.wire.slabs import PROTOCOL, ArrayWriter, Slab, read_columns
 
-__all__ = ["ERROR", "FULL", "HEADER", "INFOS", "MAX_SEGMENTS", "MAX_STATE_BYTES", "OK", "REPLY", "STATES", "TAG", "Layout",
-           "decode_extra", "encode_extra", "pack_states_tail", "state_bytes_for", "unpack_states_tail"]
+__all__ = ["ERROR", "FULL", "HEADER", "INFOS", "MAX_SEGMENTS", "MAX_STATE_BYTES", "OK", "REPLY", "RNG_WORDS", "STATES", "TAG",
+           "Layout", "decode_extra", "encode_extra", "encode_pair", "pack_states_tail", "rng_of_words", "rng_words",
+           "state_bytes_for", "unpack_states_tail"]
 
 TAG = b"L"
-# TAG, call id, lo, n, dt, check (1: the worker checks the states first), length of the layout's key that follows
-HEADER = struct.Struct("<cqiiiBH")
+# TAG, call id, lo, n, dt, check (1: the worker checks the states first), length of the layout's key that follows,
+# length of the name of the slab lent to the call's observations that follows the key (0: none; they go to the
+# segment's ``obs`` column), that slab's size
+HEADER = struct.Struct("<cqiiiBHHq")
 REPLY = struct.Struct("<cqBd")  # TAG, call id, status, env seconds; a pickled tail follows unless OK
 # statuses: columns only; + infos; results that do not fit (run again on the general path); the env's error;
 # a pickled layout's states and infos (pickle.dumps((the states packed, infos or None)))
@@ -65,6 +73,41 @@ def decode_extra(value: int) -> int | None:
     return None if value == NO_EXTRA else value
 
 
+def encode_pair(extra: Any) -> tuple[int, float] | None:
+    """``extra`` as a pair layout's two columns (ALE's sticky ``(previous action, strength)``): itself when it is a
+    tuple of a plain int and a float; None when it is not (the state does not fit the lane)."""
+    if type(extra) is tuple and len(extra) == 2 and type(extra[0]) is int and type(extra[1]) is float:
+        return extra
+    return None
+
+
+RNG_WORDS = 6  # a PCG64 state in a row: state and inc (128 bits each, low word first), has_uint32, uinteger
+_M64 = (1 << 64) - 1
+
+
+def rng_words(rng: Any) -> tuple[int, ...] | None:
+    """A PCG64 bit-generator state (numpy's dict) as :data:`RNG_WORDS` unsigned 64-bit words; None for any other
+    value (another bit generator, a key more or less, a number out of range: the state does not fit the lane)."""
+    try:
+        if type(rng) is not dict or len(rng) != 4 or rng["bit_generator"] != "PCG64":
+            return None
+        inner = rng["state"]
+        s, i, has, u = inner["state"], inner["inc"], rng["has_uint32"], rng["uinteger"]
+        if len(inner) != 2 or any(type(v) is not int for v in (s, i, has, u)):
+            return None
+    except (KeyError, TypeError):
+        return None
+    if not (0 <= s < 1 << 128 and 0 <= i < 1 << 128 and has in (0, 1) and 0 <= u <= _M64):
+        return None
+    return s & _M64, s >> 64, i & _M64, i >> 64, has, u
+
+
+def rng_of_words(w: Sequence[int]) -> dict:
+    """The PCG64 state that :func:`rng_words` wrote (numpy's dict, its keys in numpy's order)."""
+    return {"bit_generator": "PCG64", "state": {"state": w[0] | w[1] << 64, "inc": w[2] | w[3] << 64},
+            "has_uint32": w[4], "uinteger": w[5]}
+
+
 @dataclass(frozen=True)
 class Layout:
     """Where each column of a lane's segment is: the segment's name and its rows, and each row's form.
@@ -80,6 +123,10 @@ class Layout:
         pickled: the states travel pickled, in the headers and replies (``sim`` and ``wrappers`` are 0).
         state_bytes: a pickled layout's bytes a row in each state region, ``in_states`` and ``out_states``: a
             chunk's states' arrays and blobs are written in its rows' part of the region where they fit.
+        blob: the length of a state's simulator value in its bytes form (``sim`` is then 0; an ALE state's).
+        pair: ``extra`` is an (int, float) pair (:func:`encode_pair`), in ``*_extra`` and ``*_extra_f``.
+        rng: the words of a state's RNG a row (:data:`RNG_WORDS`; 0: the step draws nothing, and each result
+            takes its input's RNG value in the caller).
     """
 
     name: str
@@ -91,19 +138,29 @@ class Layout:
     steps: int = 0
     pickled: bool = False
     state_bytes: int = 0
+    blob: int = 0
+    pair: bool = False
+    rng: int = 0
 
     def forms(self) -> list[tuple[str, str, tuple[int, ...]]]:
         """``(column, dtype, row shape)`` for every column, in the segment's order."""
-        f8, i8 = "<f8", "<i8"
+        f8, i8, u1, u8 = "<f8", "<i8", "|u1", "<u8"
+        state = [("sim", f8, (self.sim,)), ("extra", i8, ()), ("wrappers", i8, (self.wrappers,)),
+                 ("blob", u1, (self.blob,)), ("extra_f", f8, ()), ("rng", u8, (self.rng,))]
         return [
-            ("in_sim", f8, (self.sim,)), ("in_extra", i8, ()), ("in_wrappers", i8, (self.wrappers,)),
+            *[("in_" + stem, dtype, shape) for stem, dtype, shape in state],
             ("actions", self.action[0], self.action[1]),
-            ("out_sim", f8, (self.sim,)), ("out_extra", i8, ()), ("out_wrappers", i8, (self.wrappers,)),
+            *[("out_" + stem, dtype, shape) for stem, dtype, shape in state],
             ("obs", self.obs[0], self.obs[1]), ("rewards", f8, (self.steps,) if self.steps else ()),
             ("terminations", "|b1", ()),
             ("truncations", "|b1", ()), ("n_steps", i8, ()),
             ("in_states", "|u1", (self.state_bytes,)), ("out_states", "|u1", (self.state_bytes,)),
         ]
+
+    def state_stems(self) -> tuple[str, ...]:
+        """The columns a state's row fills (each as ``in_`` and ``out_``), without their prefix."""
+        return (("blob",) if self.blob else ("sim",)) + ("extra", "wrappers") + (("extra_f",) if self.pair else ()) + (
+            ("rng",) if self.rng else ())
 
     def offsets(self) -> tuple[dict[str, int], int]:
         """Each column's byte offset, and the segment's size (computed once a layout)."""
@@ -133,18 +190,19 @@ class Layout:
         a, o = self.action, self.obs
         return ";".join([self.name, str(self.capacity), str(self.sim), str(self.wrappers), a[0],
                          ",".join(map(str, a[1])), o[0], ",".join(map(str, o[1])), str(self.steps),
-                         str(int(self.pickled)), str(self.state_bytes)]).encode("ascii")
+                         str(int(self.pickled)), str(self.state_bytes), str(self.blob), str(int(self.pair)),
+                         str(self.rng)]).encode("ascii")
 
     @classmethod
     def from_key(cls, key: bytes) -> Layout:
-        name, capacity, sim, wrappers, adtype, ashape, odtype, oshape, steps, pickled, state_bytes = key.decode(
-            "ascii").split(";")
+        (name, capacity, sim, wrappers, adtype, ashape, odtype, oshape, steps, pickled, state_bytes, blob, pair,
+         rng) = key.decode("ascii").split(";")
 
         def shape(text: str) -> tuple[int, ...]:
             return tuple(int(x) for x in text.split(",")) if text else ()
 
         return cls(name, int(capacity), int(sim), int(wrappers), (adtype, shape(ashape)), (odtype, shape(oshape)),
-                   int(steps), pickled == "1", int(state_bytes))
+                   int(steps), pickled == "1", int(state_bytes), int(blob), pair == "1", int(rng))
 
 
 def pack_states_tail(states: Sequence[State], infos: list[dict] | None, slab: Slab, region: tuple[int, int],

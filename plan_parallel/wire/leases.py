@@ -77,6 +77,13 @@ class Lease:
         self.writers -= 1
         self._maybe_return()
 
+    def abandon(self) -> None:
+        """The call that lent it ended with writers unanswered, whose workers are killed before anything else is
+        sent: the slab is freed once unviewed, never lent again."""
+        self.tainted = True
+        self.writers = 0
+        self._maybe_return()
+
     def _unviewed(self) -> None:
         self.viewed = False
         self._maybe_return()

@@ -80,6 +80,7 @@ class WorkerInfo:
     pid: int
     spec: Any  # the env's EnvSpec, or None when it does not pickle (a wrapper holding a lambda)
     row_extra: str | None = None  # its states fit the lane's rows (Adapter.row_extra)
+    row_rng: bool = False  # their rows hold their RNG states (Adapter.row_rng)
 
 
 @dataclass(frozen=True)

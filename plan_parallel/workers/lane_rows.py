@@ -7,8 +7,10 @@ their arrays and blobs in the segment's state regions where they fit.
 """
 from __future__ import annotations
 
+import math
 import pickle
 import time
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -39,14 +41,15 @@ class LaneRows:
     """The lane segments this worker attached (the last :data:`~plan_parallel.wire.lane.MAX_SEGMENTS` keys headers
     named, as the caller keeps them) and the current one's columns.
 
-    The items' states of a row layout carry one RNG value, the env's own (read once): such layouts are only
-    made for envs whose step draws nothing, and the caller gives each result the RNG value of the state it
-    started from. A pickled layout's states carry their own.
+    The items' states of a row layout without RNG words carry one RNG value, the env's own (read once): such
+    layouts are only made for envs whose step draws nothing, and the caller gives each result the RNG value of
+    the state it started from. A layout with RNG words, and a pickled layout, carry each state's own.
     """
 
-    def __init__(self, engine: EnvEngine, kind: str) -> None:
+    def __init__(self, engine: EnvEngine, kind: str, attach: Callable[[str, int], Slab | None]) -> None:
         self.engine = engine
         self.kind = kind
+        self.attach = attach  # maps a slab the parent lent to a call's observations (by name and size), kept
         self.key = b""
         self.mapped: dict[bytes, Mapped] = {}  # key -> its mapping (last used last)
         self.segment: Mapped | None = None  # the current one (the last header's)
@@ -77,44 +80,73 @@ class LaneRows:
 
     def serve(self, data: bytes) -> bytes:
         """The reply to one lane header (env errors travel in it, as a chunk's do)."""
-        _, call_id, lo, n, dt, check, key_len = wire.HEADER.unpack_from(data)
+        _, call_id, lo, n, dt, check, key_len, lent_len, lent_size = wire.HEADER.unpack_from(data)
         t0 = time.perf_counter()
         try:
-            segment = self._attach(bytes(data[wire.HEADER.size:wire.HEADER.size + key_len]))
+            at = wire.HEADER.size + key_len
+            segment = self._attach(bytes(data[wire.HEADER.size:at]))
+            lent = self._lent_rows(segment.layout, bytes(data[at:at + lent_len]).decode("ascii"), lent_size, lo, n)
             t0 = time.perf_counter()  # (a segment's first mapping is not env time: the tuner reads it as a step's)
             if segment.layout.pickled:
-                packed, _, cols = wire.unpack_states_tail(data[wire.HEADER.size + key_len:], segment.slab)
+                packed, _, cols = wire.unpack_states_tail(data[at + lent_len:], segment.slab)
                 states = unpack_states(packed, cols, "", n)
             else:
-                states = self._states(segment.cols, lo, lo + n)
+                states = self._states(segment, lo, lo + n)
             if check:  # (states the caller's vector env validated with its own env: checked here as a chunk's are)
                 self.engine.validate_all(states, lo)
-            status, tail = self._run(segment, lo, lo + n, dt, states)
+            status, tail = self._run(segment, lo, lo + n, dt, states, lent)
         except Exception as e:
             status, tail = wire.ERROR, remote_error(e, failed_item(e))
         return wire.REPLY.pack(wire.TAG, call_id, status, time.perf_counter() - t0) + tail
 
-    def _states(self, c: dict[str, np.ndarray], lo: int, hi: int) -> list[State]:
-        """The states of rows lo..hi of a row layout's columns ``c``."""
-        kind, rng = self.kind, self.rng
+    def _states(self, segment: Mapped, lo: int, hi: int) -> list[State]:
+        """The states of rows lo..hi of a row layout's segment."""
+        kind, c, layout = self.kind, segment.cols, segment.layout
+        extras, wrappers = c["in_extra"][lo:hi].tolist(), c["in_wrappers"][lo:hi].tolist()
+        if not (layout.blob or layout.pair or layout.rng):
+            rng = self.rng
+            sims = c["in_sim"][lo:hi].copy()
+            return [State.captured(kind, sim, wire.decode_extra(extra), rng, tuple(w), None, None)
+                    for sim, extra, w in zip(sims, extras, wrappers)]
+        n = hi - lo
+        pairs = (list(zip(extras, c["in_extra_f"][lo:hi].tolist())) if layout.pair
+                 else [wire.decode_extra(x) for x in extras])
+        rngs = [wire.rng_of_words(w) for w in c["in_rng"][lo:hi].tolist()] if layout.rng else [self.rng] * n
+        if layout.blob:
+            blobs = c["in_blob"][lo:hi]
+            return [State.from_blob(kind, blobs[k].tobytes(), pairs[k], rngs[k], tuple(wrappers[k]), frozen=True)
+                    for k in range(n)]
         sims = c["in_sim"][lo:hi].copy()
-        return [State.captured(kind, sim, wire.decode_extra(extra), rng, tuple(wrappers), None, None)
-                for sim, extra, wrappers in zip(sims, c["in_extra"][lo:hi].tolist(), c["in_wrappers"][lo:hi].tolist())]
+        return [State.captured(kind, sims[k], pairs[k], rngs[k], tuple(wrappers[k]), None, None) for k in range(n)]
 
-    def _run(self, segment: Mapped, lo: int, hi: int, dt: int, states: list[State]) -> tuple[int, bytes]:
+    def _lent_rows(self, layout: wire.Layout, name: str, size: int, lo: int, n: int) -> np.ndarray | None:
+        """Rows lo..lo+n of the slab lent to the call's observations (None: the header names none)."""
+        if not name:
+            return None
+        slab = self.attach(name, size)
+        assert slab is not None
+        dtype, shape = np.dtype(layout.obs[0]), layout.obs[1]
+        return slab.array(lo * dtype.itemsize * math.prod(shape), dtype, (n, *shape))
+
+    def _run(self, segment: Mapped, lo: int, hi: int, dt: int, states: list[State],
+             lent: np.ndarray | None) -> tuple[int, bytes]:
+        """Run rows lo..hi; their observations go to ``lent`` (rows of the slab lent to them), or to the segment."""
         c, layout = segment.cols, segment.layout
         actions = c["actions"][lo:hi].copy()
+        in_place = lent is not None and not layout.steps and self.engine.observation_form() == (lent.dtype, lent.shape[1:])
         if layout.steps:  # a rollout of T steps an item (infos without "n_steps": that is a field of its own)
             parts = self.engine.rollout_raw(states, actions, dt, layout.steps, first_index=lo, n=hi - lo)
             out_states, obs, rewards, terms, truncs = (parts.states, parts.observations, parts.rewards,
                                                        parts.terminations, parts.truncations)
             steps, infos = parts.n_steps, parts.infos
         else:
-            out_states, obs, rewards, terms, truncs, infos = self.engine.run_raw(states, actions, dt)
+            out_states, obs, rewards, terms, truncs, infos = self.engine.run_raw(states, actions, dt, None,
+                                                                                 lent if in_place else None)
             steps = [info.pop("n_steps") for info in infos]
-        if not self._fits(c, layout.pickled, out_states, obs):
+        if not self._fits(c, layout, out_states, obs):
             return wire.FULL, b""
-        c["obs"][lo:hi] = obs
+        if not in_place:  # (made in the lent rows already otherwise)
+            (c["obs"][lo:hi] if lent is None else lent)[:] = obs
         c["rewards"][lo:hi] = np.array(rewards, dtype=np.float64)
         c["terminations"][lo:hi] = np.array(terms, dtype=bool)
         c["truncations"][lo:hi] = np.array(truncs, dtype=bool)
@@ -122,26 +154,63 @@ class LaneRows:
         if layout.pickled:  # (each result its own capture: packed without looking for one listed twice)
             return wire.STATES, wire.pack_states_tail(out_states, infos if any(infos) else None, segment.slab,
                                                       layout.region("out_states", lo, hi), unique=True)[0]
-        c["out_sim"][lo:hi] = [s.sim for s in out_states]
-        c["out_extra"][lo:hi] = [wire.encode_extra(s.extra) for s in out_states]
-        c["out_wrappers"][lo:hi] = [s.wrappers for s in out_states]
+        if not self._write_states(c, layout, lo, hi, out_states):
+            return wire.FULL, b""
         if any(infos):
             return wire.INFOS, pickle.dumps(infos, PROTOCOL)
         return wire.OK, b""
 
     @staticmethod
-    def _fits(c: dict[str, np.ndarray], pickled: bool, states: list[State], obs: list) -> bool:
-        """Whether the results fit the columns ``c`` exactly (else the caller runs the call on the general path);
-        ``pickled``: the states travel pickled (only the observations are columns)."""
+    def _write_states(c: dict[str, np.ndarray], layout: wire.Layout, lo: int, hi: int, states: list[State]) -> bool:
+        """Write the result ``states`` into output rows lo..hi of a row layout with bytes forms, pairs or RNG words;
+        False when one does not fit (another length of bytes, another form of extra or RNG)."""
+        if not (layout.blob or layout.pair or layout.rng):
+            c["out_sim"][lo:hi] = [s.sim for s in states]
+            c["out_extra"][lo:hi] = [wire.encode_extra(s.extra) for s in states]
+            c["out_wrappers"][lo:hi] = [s.wrappers for s in states]
+            return True
+        if layout.blob:
+            blobs = [s.sim_blob() for s in states]
+            if any(type(b) is not bytes or len(b) != layout.blob for b in blobs):
+                return False
+            c["out_blob"][lo:hi] = np.frombuffer(b"".join(blobs), np.uint8).reshape(hi - lo, layout.blob)  # type: ignore[arg-type]
+        else:
+            c["out_sim"][lo:hi] = [s.sim for s in states]
+        if layout.pair:
+            pairs = [wire.encode_pair(s.extra) for s in states]
+            if None in pairs:
+                return False
+            c["out_extra"][lo:hi] = [p[0] for p in pairs]  # type: ignore[index]
+            c["out_extra_f"][lo:hi] = [p[1] for p in pairs]  # type: ignore[index]
+        else:
+            c["out_extra"][lo:hi] = [wire.encode_extra(s.extra) for s in states]
+        if layout.rng:
+            words = [wire.rng_words(s.rng) for s in states]
+            if None in words:
+                return False
+            c["out_rng"][lo:hi] = words
+        if layout.wrappers:
+            c["out_wrappers"][lo:hi] = [s.wrappers for s in states]
+        return True
+
+    @staticmethod
+    def _fits(c: dict[str, np.ndarray], layout: wire.Layout, states: list[State], obs: list) -> bool:
+        """Whether the results' observations, and their states' arrays, extras and wrapper counters, fit the
+        columns ``c`` of ``layout`` exactly (else the caller runs the call on the general path); a pickled
+        layout's states travel pickled (only the observations are columns), bytes forms, pairs and RNG words are
+        checked as they are written (:meth:`_write_states`)."""
         sim_shape, n_wrappers = c["out_sim"].shape[1:], c["out_wrappers"].shape[1]
         obs_col = c["obs"]
         for s, o in zip(states, obs):
             if type(o) is not np.ndarray or o.dtype != obs_col.dtype or o.shape != obs_col.shape[1:]:
                 return False
-            if pickled:
+            if layout.pickled:
                 continue
-            sim: Any = s.sim
-            if type(sim) is not np.ndarray or sim.dtype != F8 or sim.shape != sim_shape or wire.encode_extra(s.extra) is None:
+            if not layout.blob:
+                sim: Any = s.sim
+                if type(sim) is not np.ndarray or sim.dtype != F8 or sim.shape != sim_shape:
+                    return False
+            if not layout.pair and wire.encode_extra(s.extra) is None:
                 return False
             if len(s.wrappers) != n_wrappers or any(type(v) is not int for v in s.wrappers):
                 return False

@@ -59,7 +59,7 @@ class Server:
         self.env = env
         self.engine = engine_of(env)  # the checked work a worker runs on its env
         self.kept = KeptEnvs(new_env, env) if new_env is not None else None  # envs kept for a vector env's sub-envs
-        self.lane = LaneRows(self.engine, env.kind)  # the rows of the lane's segment (wire.lane)
+        self.lane = LaneRows(self.engine, env.kind, self.attached_slab)  # the rows of the lane's segment (wire.lane)
         self.slabs: dict[str, Slab] = {}
         self.held = HeldStates()  # the states chunks brought, for later chunks to name by key
         self._policy_blob: bytes | None = None
@@ -82,7 +82,8 @@ class Server:
         finally:
             self.env.close()
 
-    def _slab(self, name: str | None, size: int) -> Slab | None:
+    def attached_slab(self, name: str | None, size: int) -> Slab | None:
+        """The parent's slab ``name`` of ``size`` bytes, mapped here (kept for later calls, see :data:`MAX_ATTACHED`)."""
         if name is None:
             return None
         s = self.slabs.pop(name, None)
@@ -113,7 +114,7 @@ class Server:
     def _read(self, req: ChunkRequest) -> tuple[Slab | None, dict[str, np.ndarray], list | None, Any, Any, Any] | None:
         """A chunk's slab, input columns, validated states, actions, dt and seeds; None when it names a state
         this worker does not hold (:mod:`plan_parallel.wire.held`)."""
-        slab = self._slab(req.slab, req.slab_size)
+        slab = self.attached_slab(req.slab, req.slab_size)
         cols = read_columns(slab, req.layout)
         states = None
         if req.states is not None:
@@ -145,7 +146,7 @@ class Server:
         the batch's lent slab when the request has one and they fit it (then True)."""
         if req.obs_out is not None:
             name, size, offset, dtype, shape = req.obs_out
-            if write_rows(self._slab(name, size), offset, np.dtype(dtype), shape, obs):  # type: ignore[arg-type]
+            if write_rows(self.attached_slab(name, size), offset, np.dtype(dtype), shape, obs):  # type: ignore[arg-type]
                 return pack_states(states, w, "", with_obs=False, unique=True), None, True
         return (*self._write_items(w, "", states, obs, unique=True), False)
 
@@ -158,7 +159,7 @@ class Server:
         form = self.engine.observation_form()
         if form is None or form != (np.dtype(dtype), tuple(shape)) or offset + form[0].itemsize * math.prod(shape) * req.n > size:
             return None
-        return self._slab(name, size).array(offset, form[0], (req.n, *form[1]))  # type: ignore[union-attr]
+        return self.attached_slab(name, size).array(offset, form[0], (req.n, *form[1]))  # type: ignore[union-attr]
 
     def _message_rows(self, req: ChunkRequest) -> np.ndarray | None:
         """An array the env makes a chunk's observations in, when they travel in the message (no slab: a Ray
@@ -250,7 +251,7 @@ def build_server(blob: bytes) -> tuple[Server, WorkerInfo]:
     except (pickle.PicklingError, TypeError, AttributeError):
         spec = None  # e.g. a wrapper holding a lambda: the parent reads the spec from its own env
     info = WorkerInfo(env.observation_space, env.action_space, env.kind, env.reseedable, os.getpid(), spec,
-                      engine_of(env).adapter.row_extra())
+                      engine_of(env).adapter.row_extra(), engine_of(env).adapter.row_rng())
     return Server(env, lambda: PlanEnv(factory, adapter=adapter)), info
 
 

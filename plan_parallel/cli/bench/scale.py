@@ -8,8 +8,8 @@ Two tables, both with every batch on the workers (``placement="workers"``):
   work. For W up to 64 and k items a worker (B = W k a call): the speedup over stepping the B items one
   after the other here (B times an item's time inline, measured), the efficiency (speedup ÷ W), and the
   calling process's CPU an item and a call.
-* **The Amdahl bound of real envs**: CartPole B=512, Pong (RGB, frameskip 1; and RAM observations, whose
-  states take the lane pickled) B=64 and HalfCheetah B=64 on
+* **The Amdahl bound of real envs**: CartPole B=512, Pong (RGB, frameskip 1, its screens lent to the result; and
+  RAM observations) B=64 and HalfCheetah B=64 on
   ``--workers`` workers: the workers' CPU an item ÷ the caller's CPU an item is how many workers the
   calling process can keep busy before its own work is the bottleneck. The caller's CPU is measured for
   states of three origins: made elsewhere (an inline env's, checked and written field by field), a list of

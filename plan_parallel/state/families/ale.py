@@ -114,6 +114,15 @@ class AleAdapter(Adapter):
             return f"expected an ale_py.ALEState, got {type(sim).__name__}"
         return None
 
+    def row_extra(self) -> str | None:
+        """``"sticky"``: a state is its bytes form (one length a game), the sticky pair, and its RNG (:meth:`row_rng`),
+        when the adapter is this class's own."""
+        return "sticky" if type(self) is AleAdapter else None
+
+    def row_rng(self) -> bool:
+        """True: sticky actions and a stochastic frameskip draw from the env's ``np_random``."""
+        return True
+
     def check_extra(self, extra: Any) -> str | None:
         # The previous (action, strength) that sticky actions repeat (the action an int; an
         # ale_py.Action in states saved by earlier versions, which restore alike).
