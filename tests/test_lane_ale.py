@@ -43,11 +43,16 @@ def assert_states_equal(got: Any, want: Any) -> None:
 
 def results(env: Any, ref: Any, calls: int) -> tuple[list[Any], list[Any]]:
     """The states of ``calls`` successive calls of ``env`` (on the workers) and of ``ref`` (inline)."""
+    return results_of(env, ref, calls, 6)
+
+
+def results_of(env: Any, ref: Any, calls: int, n_actions: int) -> tuple[list[Any], list[Any]]:
+    """:func:`results` of an env of ``n_actions`` discrete actions."""
     rng = np.random.default_rng(2)
     got, want = [env.reset(seed=0)[0]] * B, [ref.reset(seed=0)[0]] * B
     got_all, want_all = [], []
     for _ in range(calls):
-        acts = rng.integers(0, 6, B)
+        acts = rng.integers(0, n_actions, B)
         got, want = env.step_batch(acts, got).states, ref.step_batch(acts, want).states
         got_all.append(got)
         want_all.append(want)
@@ -200,3 +205,30 @@ def test_rng_words_round_trip_pcg64_and_refuse_anything_else() -> None:
                {**good, "state": {"state": 1 << 128, "inc": 1}}, {**good, "state": {"state": 1.0, "inc": 1}}]
     for value in refused:
         assert rng_words(value) is None, value
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("env_id,options,extra", [
+    ("ALE/Pong-v5", {"obs_type": "ram", "frameskip": 1}, (1 << 70, 1.0)),
+    ("ALE/Pong-v5", {"frameskip": 1}, (1 << 70, 1.0)),
+    ("CartPole-v1", {}, 1 << 70)], ids=["pong-ram", "pong-rgb", "cartpole"])
+def test_an_extra_too_large_for_a_row_fails_as_inline(env_id: str, options: dict, extra: Any) -> None:
+    """An int of more than 64 bits in a state's extra does not fit a row: the call goes the way that raises (or
+    answers) what inline does, not an overflow of the lane's columns; the env stays exact."""
+    with pp.make(env_id, backend="inline", **options) as ref, pp.make(env_id, execution=on_workers(2), **options) as env:
+        got_all, want_all = results_of(env, ref, 2, env.action_space.n)
+        bad, bad_ref = got_all[-1][2], want_all[-1][2]
+        bad.extra, bad_ref.extra = extra, extra
+        acts = np.zeros(6, dtype=np.int64)
+        try:
+            want: Any = ref.step_batch(acts, list(want_all[-1][:6]))
+        except Exception as e:  # (whatever inline raises, the lane must raise alike)
+            with pytest.raises(type(e)) as lane:
+                call_with_deadline(lambda: env.step_batch(acts, list(got_all[-1][:6])), 60.0, "a call that fails")
+            assert str(lane.value) == str(e)
+        else:
+            assert_batches_equal(call_with_deadline(lambda: env.step_batch(acts, list(got_all[-1][:6])), 60.0,
+                                                    "a call with a large extra"), want)
+        good = [got_all[-1][k] for k in (0, 1, 3, 4)]
+        good_ref = [want_all[-1][k] for k in (0, 1, 3, 4)]
+        assert_batches_equal(env.step_batch(acts[:4], good), ref.step_batch(acts[:4], good_ref))

@@ -53,6 +53,7 @@ REPLY = struct.Struct("<cqBd")  # TAG, call id, status, env seconds; a pickled t
 OK, INFOS, FULL, ERROR, STATES = 0, 1, 2, 3, 4
 MAX_SEGMENTS = 4  # segments a lane keeps (one a form of call: a planner alternates steps and rollouts), mapped by each worker
 NO_EXTRA = -1  # an ``extra`` of None in its column (a count of steps is never negative)
+_I64 = (1 << 63) - 1  # an int column's largest value: a larger int does not fit the lane
 ALIGN = 64
 # A pickled layout's state regions hold at most this many bytes a row (each direction): larger states travel in
 # the messages (a segment of 4096 rows holds 2 x 128 MB of regions at most; pages never written cost nothing).
@@ -60,11 +61,11 @@ MAX_STATE_BYTES = 32768
 
 
 def encode_extra(extra: Any) -> int | None:
-    """``extra`` as its column's integer: None, or a plain int >= 0 (CartPole's ``steps_beyond_terminated``);
-    None when it is neither (the state does not fit the lane)."""
+    """``extra`` as its column's integer: None, or a plain int >= 0 of 64 bits (CartPole's
+    ``steps_beyond_terminated``); None when it is neither (the state does not fit the lane)."""
     if extra is None:
         return NO_EXTRA
-    if type(extra) is int and extra >= 0:
+    if type(extra) is int and 0 <= extra <= _I64:
         return extra
     return None
 
@@ -75,8 +76,9 @@ def decode_extra(value: int) -> int | None:
 
 def encode_pair(extra: Any) -> tuple[int, float] | None:
     """``extra`` as a pair layout's two columns (ALE's sticky ``(previous action, strength)``): itself when it is a
-    tuple of a plain int and a float; None when it is not (the state does not fit the lane)."""
-    if type(extra) is tuple and len(extra) == 2 and type(extra[0]) is int and type(extra[1]) is float:
+    tuple of a plain int of 64 bits and a float; None when it is not (the state does not fit the lane)."""
+    if type(extra) is tuple and len(extra) == 2 and type(extra[0]) is int and type(extra[1]) is float and (
+            -_I64 - 1 <= extra[0] <= _I64):
         return extra
     return None
 
