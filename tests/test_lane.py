@@ -137,7 +137,7 @@ def assert_rollouts_equal(got: Any, want: Any) -> None:
 @pytest.mark.parametrize("lane", [True, False], ids=["lane", "no-lane"])
 @pytest.mark.parametrize("n_workers", [1, 2, 3])
 @pytest.mark.parametrize("spec", ["CartPole-v1", "HalfCheetah-v5", "Pendulum-v1", ArrayStateEnv,
-                                  ("ALE/Pong-v5", {"obs_type": "ram"})], ids=env_name)
+                                  ("ALE/Pong-v5", {"obs_type": "ram"}), *LENT_ENVS], ids=env_name)
 def test_every_rollout_equals_inline_with_the_lane_on_or_off(spec: Any, n_workers: int, lane: bool) -> None:
     """Rollouts of given actions (the planners' kind): from subsets of the last call's states, or from the
     whole batch as it came; a policy's rollouts and return_all take the general path, equal all the same."""
