@@ -29,6 +29,8 @@ from tests.deadline import call_with_deadline
 from tests.helpers import assert_batches_equal
 from tests.test_lane import on_workers
 
+pytestmark = pytest.mark.usefixtures("no_leaks_module", "no_leaks")  # (no worker, segment or lent slab left behind)
+
 B = 12
 
 
