@@ -7,9 +7,10 @@ are written once into the columns of a shared segment (:mod:`plan_parallel.wire.
 header naming the rows of a chunk (the next chunk goes to whichever worker answers first), and the results
 are read from the output columns. States whose family fits a fixed row
 (:meth:`~plan_parallel.state.Adapter.row_extra`) are columns too; any other states travel pickled in the
-headers and replies, when an observation is small enough (:data:`MAX_PICKLED_OBS_BYTES`). No chunk, part,
-slab, codec, future or gather is made; the items run through the workers' engine, so the results equal the
-general path's (and the inline backend's).
+headers and replies, when an observation is small enough (:data:`MAX_PICKLED_OBS_BYTES`). A call's observations
+large enough to lend (ALE's screens) are written by the workers into a slab lent to its result
+(:mod:`plan_parallel.wire.leases`), not into the segment. No chunk, part, codec, future or gather is made;
+the items run through the workers' engine, so the results equal the general path's (and the inline backend's).
 
 What the pool guarantees holds here too, under its lock and its guard:
 
