@@ -197,7 +197,12 @@ class Lane:
             if inputs is None:
                 return None
             lent = self._lend(job.n)
-            replies = self._call(job, ready, step_seconds or 0.0, n_chunks, inputs.states, lent)
+            try:
+                replies = self._call(job, ready, step_seconds or 0.0, n_chunks, inputs.states, lent)
+            except BaseException:
+                if lent is not None:  # (the workers of headers unanswered are killed before anything else is sent)
+                    lent.lease.abandon()
+                raise
             if any(r.status == FULL for r in replies.values()):
                 return None  # results that do not fit the columns: the general path runs the call again
             return self._result(job, replies, inputs.rngs, lent)
@@ -300,59 +305,54 @@ class Lane:
         # The call's workers are polled in one order until it ends (the worker class reuses its poll object while
         # the same pipes are polled; one that answered its last chunk is still polled, for its death).
         # The list of their workers is made again only when one was replaced (it died in the call).
-        try:
-            for k in ready[:len(chunks)]:
-                send(k, queue.popleft())
-            polled = sorted(due)
-            stale = True
-            while due:
-                if stale:
-                    ks = list(polled)
-                    workers = [pool.slots[k].worker for k in ks]
-                    stale = False
-                now = time.monotonic()
-                oldest = min(self.sent_at[k] for k in due)
-                first = oldest + pool.timeout if pool.timeout else None
-                due_at = oldest + expected
-                ready = pool.worker_type.wait_any(workers, None if first is None else max(0.0, first - now), pool.wake_fd,
-                                                  max(due_at - now, expected))
-                if pool.closing:
-                    raise ClosedError("the env was closed while this batch was in flight")
-                for j in ready:
-                    k = ks[j]
-                    if k not in due:  # done with this call: its death (it is replaced) or a stray reply woke it
-                        worker = pool.slots[k].worker
-                        self._read(k)
-                        if pool.slots[k].worker is not worker:
-                            polled.remove(k)
-                            stale = True
-                        continue
-                    got = self._read(k)
-                    if got is not None:
-                        if lent is not None:
-                            lent.lease.writer_done(killed=False)
-                        lo = due.pop(k)[0]
-                        replies[lo] = got
-                        if got.status == FULL:
-                            queue.clear()  # the general path runs the call again
-                        elif got.status == ERROR:  # the chunks before it still run: the first item that fails raises
-                            queue = deque(rows for rows in queue if rows[0] < lo)
-                        if queue:
-                            send(k, queue.popleft())
-                    elif pool.slots[k].lane_due is None:  # it died: its replacement gets the same rows
-                        if lent is not None:
-                            lent.lease.writer_done(killed=True)
-                        pool.wait_started(k)
-                        send(k, due[k])
+        for k in ready[:len(chunks)]:
+            send(k, queue.popleft())
+        polled = sorted(due)
+        stale = True
+        while due:
+            if stale:
+                ks = list(polled)
+                workers = [pool.slots[k].worker for k in ks]
+                stale = False
+            now = time.monotonic()
+            oldest = min(self.sent_at[k] for k in due)
+            first = oldest + pool.timeout if pool.timeout else None
+            due_at = oldest + expected
+            ready = pool.worker_type.wait_any(workers, None if first is None else max(0.0, first - now), pool.wake_fd,
+                                              max(due_at - now, expected))
+            if pool.closing:
+                raise ClosedError("the env was closed while this batch was in flight")
+            for j in ready:
+                k = ks[j]
+                if k not in due:  # done with this call: its death (it is replaced) or a stray reply woke it
+                    worker = pool.slots[k].worker
+                    self._read(k)
+                    if pool.slots[k].worker is not worker:
+                        polled.remove(k)
                         stale = True
-                now = time.monotonic()
-                for k in due:
-                    if pool.timeout is not None and now > self.sent_at[k] + pool.timeout:
-                        self._time_out(k, due[k], job.op.value)
-        except BaseException:
-            if lent is not None:  # (the workers of headers unanswered are killed before anything else is sent)
-                lent.lease.abandon()
-            raise
+                    continue
+                got = self._read(k)
+                if got is not None:
+                    if lent is not None:
+                        lent.lease.writer_done(killed=False)
+                    lo = due.pop(k)[0]
+                    replies[lo] = got
+                    if got.status == FULL:
+                        queue.clear()  # the general path runs the call again
+                    elif got.status == ERROR:  # the chunks before it still run: the first item that fails raises
+                        queue = deque(rows for rows in queue if rows[0] < lo)
+                    if queue:
+                        send(k, queue.popleft())
+                elif pool.slots[k].lane_due is None:  # it died: its replacement gets the same rows
+                    if lent is not None:
+                        lent.lease.writer_done(killed=True)
+                    pool.wait_started(k)
+                    send(k, due[k])
+                    stale = True
+            now = time.monotonic()
+            for k in due:
+                if pool.timeout is not None and now > self.sent_at[k] + pool.timeout:
+                    self._time_out(k, due[k], job.op.value)
         return replies
 
     def _send(self, k: int, rows: tuple[int, int], dt: int, check: bool, tail: bytes, lent: Lent | None) -> None:

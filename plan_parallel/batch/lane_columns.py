@@ -171,28 +171,18 @@ def read_row_states(cols: dict[str, np.ndarray], n: int, kind: str, rngs: list[A
     extras = extra_col.tolist()  # (the wrappers' rows are made tuples when a state is: N small lists made
     # here would stay tracked by the garbage collector, whose passes then cost more than the lists)
     columns = StateColumns(kind, fields, None if layout.rng else rngs, trust)
-    make: Any
-    if not (layout.blob or layout.pair or layout.rng):
-        sims = fields["sim"]
+    floats = fields["extra_f"].tolist() if layout.pair else None
+    blobs, sims, words = fields.get("blob"), fields.get("sim"), fields.get("rng")
 
-        def make(k: int) -> State:
-            extra, rng, wrappers = decode_extra(extras[k]), rngs[k], tuple(wrappers_col[k].tolist())
-            state = State.of_frozen(kind, sims[k], extra, rng, wrappers, None, trust)
-            state.source_row = (columns, k, extra, rng, wrappers)
-            return state
-    else:
-        floats = fields["extra_f"].tolist() if layout.pair else None
-        blobs, floats_sims, words = fields.get("blob"), fields.get("sim"), fields.get("rng")
-
-        def make(k: int) -> State:
-            extra = (extras[k], floats[k]) if floats is not None else decode_extra(extras[k])
-            rng = rngs[k] if words is None else rng_of_words(words[k].tolist())
-            wrappers = tuple(wrappers_col[k].tolist())
-            if blobs is not None:
-                state = State.from_blob(kind, RowBytes(blobs, k), extra, rng, wrappers, None, trust, frozen=True)
-            else:
-                state = State.of_frozen(kind, floats_sims[k], extra, rng, wrappers, None, trust)  # type: ignore[index]
-            state.source_row = (columns, k, extra, rng, wrappers)
-            return state
+    def make(k: int) -> State:
+        extra = (extras[k], floats[k]) if floats is not None else decode_extra(extras[k])
+        rng = rngs[k] if words is None else rng_of_words(words[k].tolist())
+        wrappers = tuple(wrappers_col[k].tolist())
+        if blobs is not None:
+            state = State.from_blob(kind, RowBytes(blobs, k), extra, rng, wrappers, None, trust, frozen=True)
+        else:
+            state = State.of_frozen(kind, sims[k], extra, rng, wrappers, None, trust)  # type: ignore[index]
+        state.source_row = (columns, k, extra, rng, wrappers)
+        return state
 
     return StateBatch(n, [(0, n, make)], observations, columns)

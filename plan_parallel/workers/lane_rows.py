@@ -103,11 +103,6 @@ class LaneRows:
         """The states of rows lo..hi of a row layout's segment."""
         kind, c, layout = self.kind, segment.cols, segment.layout
         extras, wrappers = c["in_extra"][lo:hi].tolist(), c["in_wrappers"][lo:hi].tolist()
-        if not (layout.blob or layout.pair or layout.rng):
-            rng = self.rng
-            sims = c["in_sim"][lo:hi].copy()
-            return [State.captured(kind, sim, wire.decode_extra(extra), rng, tuple(w), None, None)
-                    for sim, extra, w in zip(sims, extras, wrappers)]
         n = hi - lo
         pairs = (list(zip(extras, c["in_extra_f"][lo:hi].tolist())) if layout.pair
                  else [wire.decode_extra(x) for x in extras])
@@ -162,13 +157,8 @@ class LaneRows:
 
     @staticmethod
     def _write_states(c: dict[str, np.ndarray], layout: wire.Layout, lo: int, hi: int, states: list[State]) -> bool:
-        """Write the result ``states`` into output rows lo..hi of a row layout with bytes forms, pairs or RNG words;
-        False when one does not fit (another length of bytes, another form of extra or RNG)."""
-        if not (layout.blob or layout.pair or layout.rng):
-            c["out_sim"][lo:hi] = [s.sim for s in states]
-            c["out_extra"][lo:hi] = [wire.encode_extra(s.extra) for s in states]
-            c["out_wrappers"][lo:hi] = [s.wrappers for s in states]
-            return True
+        """Write the result ``states`` into output rows lo..hi of a row layout; False when one does not fit (another
+        length of bytes, another form of extra or RNG: the arrays, counts and wrapper counters :meth:`_fits` checked)."""
         if layout.blob:
             blobs = [s.sim_blob() for s in states]
             if any(type(b) is not bytes or len(b) != layout.blob for b in blobs):
