@@ -12,32 +12,25 @@ large enough to lend (ALE's screens) are written by the workers into a slab lent
 (:mod:`plan_parallel.wire.leases`), not into the segment. No chunk, part, codec, future or gather is made;
 the items run through the workers' engine, so the results equal the general path's (and the inline backend's).
 
-What the pool guarantees holds here too, under its lock and its guard:
-
-* every header carries a call id, and a reply with another id is counted as a stray and dropped;
-* a worker that dies is replaced and its header sent again (its input rows are intact: workers only
-  read them), within ``max_restarts``; one past the deadline is killed and replaced, and the call raises
-  :class:`~plan_parallel.errors.WorkerTimeoutError`;
-* an exception while headers are unanswered (Ctrl-C, a timeout, a close from another thread) leaves
-  them in their slots' ``lane_due``, and the pool's recovery kills those workers before anything else
-  is sent: no worker reads rows that a later call rewrites.
+The headers, the wait for the replies, a death's resend and a timeout are one call's traffic
+(:class:`~plan_parallel.batch.lane_call.LaneCall`): what the pool guarantees holds there too, under its lock
+and its guard.
 """
 from __future__ import annotations
 
 import dataclasses
 import math
 import pickle
-import time
-from collections import deque
 from typing import Any, NamedTuple
 
 import numpy as np
 from gymnasium import spaces
 
+from plan_parallel.batch.lane_call import LaneCall, LaneReply, Lent, Segment
 from plan_parallel.batch.lane_columns import read_row_states, row_form, write_row_states
 from plan_parallel.batch.parts import SlotState
 from plan_parallel.batch.pool import WorkerPool
-from plan_parallel.errors import ClosedError, WorkerTimeoutError, failed_item
+from plan_parallel.errors import failed_item
 from plan_parallel.interrupts import ctrl_c_deferred
 from plan_parallel.results import RolloutBatch, StepBatch
 from plan_parallel.state import State
@@ -48,21 +41,15 @@ from plan_parallel.wire.columns import state_maker
 from plan_parallel.wire.lane import (
     ERROR,
     FULL,
-    HEADER,
     INFOS,
     MAX_SEGMENTS,
-    REPLY,
     RNG_WORDS,
     STATES,
-    TAG,
     Layout,
-    pack_states_tail,
-    state_bytes_for,
     unpack_states_tail,
 )
-from plan_parallel.wire.leases import Lease, row_layout
+from plan_parallel.wire.leases import row_layout
 from plan_parallel.wire.messages import WorkerInfo, reraise
-from plan_parallel.wire.slabs import Slab
 
 __all__ = ["MAX_PICKLED_OBS_BYTES", "MAX_ROWS", "MIN_ROWS_PER_WORKER", "WAKE_SECONDS", "Lane"]
 
@@ -77,38 +64,11 @@ WAKE_SECONDS = 150e-6
 MAX_PICKLED_OBS_BYTES = 16384
 
 
-class Segment(NamedTuple):
-    """A shared segment of the lane, as the caller holds it."""
-
-    slab: Slab
-    layout: Layout
-    key: bytes  # the layout as a header carries it
-    cols: dict[str, np.ndarray]
-
-
 class Inputs(NamedTuple):
     """What :meth:`Lane._write_inputs` wrote: a row layout's states' RNG values, or a pickled layout's states."""
 
     rngs: list[Any] | None  # (empty when the layout's rows hold them)
     states: list[State] | None
-
-
-class Lent(NamedTuple):
-    """The slab lent to a call's observations (:mod:`plan_parallel.wire.leases`) and the result's array over it."""
-
-    lease: Lease
-    observations: np.ndarray
-    name: bytes  # the slab's name, as a header carries it
-
-
-class Reply(NamedTuple):
-    """A worker's answer to its lane header."""
-
-    status: int  # wire.lane's OK, INFOS, FULL, ERROR or STATES
-    tail: bytes  # the pickled infos, error, or states and infos
-    rows: int  # how many rows it answers for
-    env_seconds: float
-    worker: str  # its name, for an error's note
 
 
 class Lane:
@@ -127,7 +87,6 @@ class Lane:
         self.trust = trust
         self.local_token: Any = None  # the token of the states the env in this process checked or made
         self.last_step_seconds = 0.0  # the last call's env seconds a step, on the workers' clocks
-        self.sent_at: dict[int, float] = {}  # when each worker was sent its header (time.monotonic())
         space = self.observation_space = info.observation_space
         box = isinstance(space, spaces.Box) and pool.worker_type.takes_lane
         self.obs_form = (np.dtype(space.dtype).str, tuple(space.shape)) if box else None
@@ -263,148 +222,29 @@ class Lane:
 
     # ------------------------------------------------------------------ the call
     def _call(self, job: Job, ready: list[int], step_seconds: float, n_chunks: int,
-              states: list[State] | None, lent: Lent | None) -> dict[int, Reply]:
-        """Split ``job`` in ``n_chunks`` chunks (of :data:`WAKE_SECONDS` of env time at least), send each of the ``ready``
-        workers one (with ``states``' of its rows, a pickled layout's) and the next to whichever answers first, and
-        wait for every reply, by each chunk's first row. Each header sent is a writer of ``lent``'s slab until its
-        reply is read; one unanswered when the call ends otherwise (a death, an exception) leaves the slab tainted:
-        freed, never lent again."""
-        pool, dt = self.pool, job.dt
-        assert isinstance(dt, int)
+              states: list[State] | None, lent: Lent | None) -> dict[int, LaneReply]:
+        """Split ``job`` in ``n_chunks`` chunks (of :data:`WAKE_SECONDS` of env time at least) and run them on the
+        ``ready`` workers (:class:`~plan_parallel.batch.lane_call.LaneCall`): their replies, by each chunk's first
+        row. ``states``: a pickled layout's, sent with their rows; ``lent``: the slab the observations go to."""
+        dt = job.dt
+        assert isinstance(dt, int) and self.segment is not None
         # A vector env's states (validated with its own env in this process) that no worker made or checked are
         # checked by the workers first, as a chunk's are.
         check = job.validated and not self._trusted(job.states)
         item = job.cost(0, 1) * step_seconds  # an item's env seconds (0: not measured yet)
         least = MIN_ROWS_PER_WORKER if item <= 0 else max(1, min(MIN_ROWS_PER_WORKER, math.ceil(WAKE_SECONDS / item)))
         chunks = split_by_cost(dt, job.n, max(1, min(max(len(ready), n_chunks), job.n // least)))
-        queue = deque(chunks)
-        due: dict[int, tuple[int, int]] = {}  # slot -> the rows (lo, hi) it was sent
-        tails: dict[tuple[int, int], bytes] = {}  # (kept for a replacement of a worker that died)
-
-        segment = self.segment
-        assert segment is not None
-
-        def send(k: int, rows: tuple[int, int]) -> None:
-            tail = tails.get(rows)
-            if tail is None:
-                if states is None:
-                    tail = b""
-                else:
-                    lo, hi = rows
-                    tail, needed = pack_states_tail(states[lo:hi], None, segment.slab,
-                                                    segment.layout.region("in_states", lo, hi))
-                    self.state_bytes = max(self.state_bytes, state_bytes_for(needed, hi - lo))  # (the next segment's)
-                tails[rows] = tail
-            self._send(k, rows, dt, check, tail, lent)
-            due[k] = rows
-
-        replies: dict[int, Reply] = {}
         # How long the longest chunk takes, from the env time a step took so far: the wait polls (for a reply due
         # within the worker class's spin time) only in a call that short, where a wake-up is a large share of it.
         expected = max(job.cost(lo, hi) for lo, hi in chunks) * step_seconds
-        # The call's workers are polled in one order until it ends (the worker class reuses its poll object while
-        # the same pipes are polled; one that answered its last chunk is still polled, for its death).
-        # The list of their workers is made again only when one was replaced (it died in the call).
-        for k in ready[:len(chunks)]:
-            send(k, queue.popleft())
-        polled = sorted(due)
-        stale = True
-        while due:
-            if stale:
-                ks = list(polled)
-                workers = [pool.slots[k].worker for k in ks]
-                stale = False
-            now = time.monotonic()
-            oldest = min(self.sent_at[k] for k in due)
-            first = oldest + pool.timeout if pool.timeout else None
-            due_at = oldest + expected
-            ready = pool.worker_type.wait_any(workers, None if first is None else max(0.0, first - now), pool.wake_fd,
-                                              max(due_at - now, expected))
-            if pool.closing:
-                raise ClosedError("the env was closed while this batch was in flight")
-            for j in ready:
-                k = ks[j]
-                if k not in due:  # done with this call: its death (it is replaced) or a stray reply woke it
-                    worker = pool.slots[k].worker
-                    self._read(k)
-                    if pool.slots[k].worker is not worker:
-                        polled.remove(k)
-                        stale = True
-                    continue
-                got = self._read(k)
-                if got is not None:
-                    if lent is not None:
-                        lent.lease.writer_done(killed=False)
-                    lo = due.pop(k)[0]
-                    replies[lo] = got
-                    if got.status == FULL:
-                        queue.clear()  # the general path runs the call again
-                    elif got.status == ERROR:  # the chunks before it still run: the first item that fails raises
-                        queue = deque(rows for rows in queue if rows[0] < lo)
-                    if queue:
-                        send(k, queue.popleft())
-                elif pool.slots[k].lane_due is None:  # it died: its replacement gets the same rows
-                    if lent is not None:
-                        lent.lease.writer_done(killed=True)
-                    pool.wait_started(k)
-                    send(k, due[k])
-                    stale = True
-            now = time.monotonic()
-            for k in due:
-                if pool.timeout is not None and now > self.sent_at[k] + pool.timeout:
-                    self._time_out(k, due[k], job.op.value)
-        return replies
-
-    def _send(self, k: int, rows: tuple[int, int], dt: int, check: bool, tail: bytes, lent: Lent | None) -> None:
-        slot = self.pool.slots[k]
-        call_id = self.pool.next_id()
-        key = self.key
-        name, size = (b"", 0) if lent is None else (lent.name, lent.lease.slab.size)
-        header = HEADER.pack(TAG, call_id, rows[0], rows[1] - rows[0], dt, check, len(key), len(name), size) + key + name + tail
-        self.sent_at[k] = time.monotonic()  # (its timeout counts from here: a replacement's anew)
-        with ctrl_c_deferred():  # a header written is a header due (and a writer of the lent slab)
-            if lent is not None:
-                lent.lease.add_writer()
-            slot.lane_due = (call_id, rows[0], rows[1] - rows[0])
-            try:
-                slot.worker.send(header)
-            except OSError:
-                pass  # gone: the wait sees its sentinel and sends the header to its replacement
-
-    def _read(self, k: int) -> Reply | None:
-        """Worker ``k``'s reply to its header; None when it has none (a stray was dropped, or it died)."""
-        pool, slot = self.pool, self.pool.slots[k]
-        worker = slot.worker
-        data = worker.receive()
-        if data is None:
-            how = worker.dead()
-            pool.on_death(k, f"died with {how or 'its pipe closed'}")
-            return None
-        if data[:1] != TAG or len(data) < REPLY.size:
-            pool.stats["stray_replies"] += 1
-            return None
-        _, call_id, status, env_seconds = REPLY.unpack_from(data)
-        if slot.lane_due is None or call_id != slot.lane_due[0]:
-            pool.stats["stray_replies"] += 1
-            return None
-        rows = slot.lane_due[2]
-        slot.lane_due = None
-        pool.stats["busy_seconds"][k] += env_seconds
-        pool.stats["lane_chunks"] += 1
-        return Reply(status, bytes(data[REPLY.size:]), rows, env_seconds, worker.name)
-
-    def _time_out(self, k: int, rows: tuple[int, int], op: str) -> None:
-        pool, slot = self.pool, self.pool.slots[k]
-        lo, hi = rows
-        name = slot.worker.name
-        slot.worker.kill()
-        pool.stats["timeouts"] += 1
-        pool.on_death(k, f"timed out after {pool.timeout} s")
-        raise WorkerTimeoutError(f"{name} did not finish {op} ({hi - lo} items) within {pool.timeout} s; "
-                                 "it was killed and replaced")
+        call = LaneCall(self.pool, self.segment, dt, check, states, lent, job.op.value)
+        try:
+            return call.run(ready, chunks, expected)
+        finally:
+            self.state_bytes = max(self.state_bytes, call.state_bytes)  # (the next segment's)
 
     # ------------------------------------------------------------------ the result
-    def _result(self, job: Job, replies: dict[int, Reply], rngs: list[Any] | None,
+    def _result(self, job: Job, replies: dict[int, LaneReply], rngs: list[Any] | None,
                 lent: Lent | None) -> StepBatch | RolloutBatch:
         """The call's result (``rngs``: a row layout's states' RNG values; None: the states came pickled; ``lent``:
         the slab its observations were written to)."""
