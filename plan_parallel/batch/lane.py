@@ -19,19 +19,15 @@ and its guard.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import math
 import pickle
-from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import numpy as np
 from gymnasium import spaces
 
-from plan_parallel.batch.future import BatchFuture
 from plan_parallel.batch.lane_call import LaneCall, LaneReply, Lent, Segment
 from plan_parallel.batch.lane_columns import read_row_states, row_form, write_row_states
-from plan_parallel.batch.lane_future import LaneFuture
 from plan_parallel.batch.parts import SlotState
 from plan_parallel.batch.pool import WorkerPool
 from plan_parallel.errors import failed_item
@@ -148,32 +144,27 @@ class Lane:
         """``job``'s StepBatch (or RolloutBatch), run in the lane; None when it cannot (the caller takes the
         general path). ``step_seconds``: a worker's env seconds a step, as the tuner learned it (None: not yet);
         ``n_chunks``: the chunks the tuner would split it in (handed out as workers finish, for balance)."""
-        with self.pool.guarded():
-            begun = self._begin(job, step_seconds or 0.0, n_chunks)
-            if begun is None:
+        pool = self.pool
+        with pool.guarded():
+            pool.check_usable()
+            if any(s.state is not SlotState.READY for s in pool.slots):
+                pool.poll_nowait()  # (replacements started, and their READY replies read)
+            ready = pool.ready_idle()
+            if not ready:
                 return None
-            call, rngs = begun
+            inputs = self._write_inputs(job)
+            if inputs is None:
+                return None
+            lent = self._lend(job.n)
             try:
-                replies = call.finish(None)
-                assert replies is not None  # (no deadline)
+                replies = self._call(job, ready, step_seconds or 0.0, n_chunks, inputs.states, lent)
             except BaseException:
-                if call.lent is not None:  # (the workers of headers unanswered are killed before anything else is sent)
-                    call.lent.lease.abandon()
+                if lent is not None:  # (the workers of headers unanswered are killed before anything else is sent)
+                    lent.lease.abandon()
                 raise
-            return self._end(job, call, rngs, replies)
-
-    def start(self, job: Job, step_seconds: float | None, n_chunks: int,
-              again: Callable[[], BatchFuture]) -> LaneFuture | None:
-        """``job`` sent to the lane without waiting (see :meth:`run`): its future, the pool's call in flight; None
-        when it cannot take the lane. ``again``: sends it the general way (when its results do not fit)."""
-        with self.pool.guarded():
-            begun = self._begin(job, step_seconds or 0.0, n_chunks)
-            if begun is None:
-                return None
-            call, rngs = begun
-            fut = LaneFuture(self.pool, job.n, call, functools.partial(self._end, job, call, rngs), again)
-            self.pool.in_flight = fut
-            return fut
+            if any(r.status == FULL for r in replies.values()):
+                return None  # results that do not fit the columns: the general path runs the call again
+            return self._result(job, replies, inputs.rngs, lent)
 
     # ------------------------------------------------------------------ inputs
     def _ensure_layout(self, job: Job, sim: int, wrappers: int, blob: int, pickled: bool) -> None:
@@ -230,21 +221,11 @@ class Lane:
         return Lent(lease, lease.array(dtype, shape), lease.slab.name.encode("ascii"))
 
     # ------------------------------------------------------------------ the call
-    def _begin(self, job: Job, step_seconds: float, n_chunks: int) -> tuple[LaneCall, list[Any] | None] | None:
-        """Under the pool's guard: write ``job``'s inputs, split it in ``n_chunks`` chunks (of :data:`WAKE_SECONDS`
-        of env time at least) and send the idle workers their first ones; the call, and a row layout's states'
-        RNG values (None: its states travel pickled). None when the workers are busy or the states fit no
-        layout."""
-        pool = self.pool
-        pool.check_usable()
-        if any(s.state is not SlotState.READY for s in pool.slots):
-            pool.poll_nowait()  # (replacements started, and their READY replies read)
-        ready = pool.ready_idle()
-        if not ready:
-            return None
-        inputs = self._write_inputs(job)
-        if inputs is None:
-            return None
+    def _call(self, job: Job, ready: list[int], step_seconds: float, n_chunks: int,
+              states: list[State] | None, lent: Lent | None) -> dict[int, LaneReply]:
+        """Split ``job`` in ``n_chunks`` chunks (of :data:`WAKE_SECONDS` of env time at least) and run them on the
+        ``ready`` workers (:class:`~plan_parallel.batch.lane_call.LaneCall`): their replies, by each chunk's first
+        row. ``states``: a pickled layout's, sent with their rows; ``lent``: the slab the observations go to."""
         dt = job.dt
         assert isinstance(dt, int) and self.segment is not None
         # A vector env's states (validated with its own env in this process) that no worker made or checked are
@@ -256,22 +237,11 @@ class Lane:
         # How long the longest chunk takes, from the env time a step took so far: the wait polls (for a reply due
         # within the worker class's spin time) only in a call that short, where a wake-up is a large share of it.
         expected = max(job.cost(lo, hi) for lo, hi in chunks) * step_seconds
-        call = LaneCall(pool, self.segment, dt, check, inputs.states, self._lend(job.n), job.op.value)
+        call = LaneCall(self.pool, self.segment, dt, check, states, lent, job.op.value)
         try:
-            call.start(ready, chunks, expected)
-        except BaseException:
-            if call.lent is not None:
-                call.lent.lease.abandon()
-            raise
-        return call, inputs.rngs
-
-    def _end(self, job: Job, call: LaneCall, rngs: list[Any] | None,
-             replies: dict[int, LaneReply]) -> StepBatch | RolloutBatch | None:
-        """The call's result; None when results did not fit the columns (the general path runs the call again)."""
-        self.state_bytes = max(self.state_bytes, call.state_bytes)  # (the next segment's)
-        if any(r.status == FULL for r in replies.values()):
-            return None
-        return self._result(job, replies, rngs, call.lent)
+            return call.run(ready, chunks, expected)
+        finally:
+            self.state_bytes = max(self.state_bytes, call.state_bytes)  # (the next segment's)
 
     # ------------------------------------------------------------------ the result
     def _result(self, job: Job, replies: dict[int, LaneReply], rngs: list[Any] | None,

@@ -28,7 +28,6 @@ from plan_parallel.state import State
 from plan_parallel.wire.lane import ERROR, FULL, HEADER, REPLY, TAG, Layout, pack_states_tail, state_bytes_for
 from plan_parallel.wire.leases import Lease
 from plan_parallel.wire.slabs import Slab
-from plan_parallel.workers.base import Worker
 
 __all__ = ["LaneCall", "LaneReply", "Lent", "Segment"]
 
@@ -86,49 +85,32 @@ class LaneCall:
         self.sent_at: dict[int, float] = {}  # when each worker was sent its header (time.monotonic())
         self.due: dict[int, tuple[int, int]] = {}  # slot -> the rows (lo, hi) it was sent
         self.tails: dict[tuple[int, int], bytes] = {}  # (kept for a replacement of a worker that died)
-        self.queue: deque[tuple[int, int]] = deque()  # the chunks not sent yet
-        self.replies: dict[int, LaneReply] = {}  # by each chunk's first row
-        self.expected = 0.0
-        self.polled: list[int] = []  # the call's workers, in the order the wait polls them
-        self.workers: list[Worker] = []
-        self.headers: dict[int, tuple[int, int, int]] = {}  # slot -> the lane_due its last header set
-        self.cut = False  # an exception cut start or finish short: the call cannot go on
 
-    def start(self, ready: list[int], chunks: list[tuple[int, int]], expected: float) -> None:
-        """Send each of the ``ready`` workers one of ``chunks`` (the rest go to whichever answers first, in
-        :meth:`finish`). ``expected``: the longest chunk's env seconds (0: not known), under which the wait polls
-        (for a reply due within the worker class's spin time) instead of sleeping."""
-        self.cut = True
-        self.queue = deque(chunks)
-        self.expected = expected
-        for k in ready[:len(chunks)]:
-            self._send(k, self.queue.popleft())
+    def run(self, ready: list[int], chunks: list[tuple[int, int]], expected: float) -> dict[int, LaneReply]:
+        """Send each of the ``ready`` workers one of ``chunks`` and the next to whichever answers first, and wait for
+        every reply, by each chunk's first row. ``expected``: the longest chunk's env seconds (0: not known), under
+        which the wait polls (for a reply due within the worker class's spin time) instead of sleeping."""
+        pool, due, lent = self.pool, self.due, self.lent
+        queue = deque(chunks)
+        replies: dict[int, LaneReply] = {}
         # The call's workers are polled in one order until it ends (the worker class reuses its poll object while
         # the same pipes are polled; one that answered its last chunk is still polled, for its death).
-        self.polled = sorted(self.due)
-        self.workers = [self.pool.slots[k].worker for k in self.polled]
-        self.cut = False
-
-    def intact(self) -> bool:
-        """Whether the call can go on: neither cut short by an exception nor recovered from (the pool's recovery
-        after an interruption kills the workers of the headers unanswered, :meth:`WorkerPool.recover`)."""
-        return not self.cut and all(self.pool.slots[k].lane_due == self.headers[k] for k in self.due)
-
-    def finish(self, deadline: float | None) -> dict[int, LaneReply] | None:
-        """Wait for every reply (handing out the chunks left), by each chunk's first row; None when ``deadline``
-        (``time.monotonic()``) passes first: the call is still in flight, and a later :meth:`finish` goes on."""
-        pool, due, lent, expected = self.pool, self.due, self.lent, self.expected
-        self.cut = True
+        # The list of their workers is made again only when one was replaced (it died in the call).
+        for k in ready[:len(chunks)]:
+            self._send(k, queue.popleft())
+        polled = sorted(due)
+        stale = True
         while due:
+            if stale:
+                ks = list(polled)
+                workers = [pool.slots[k].worker for k in ks]
+                stale = False
             now = time.monotonic()
             oldest = min(self.sent_at[k] for k in due)
             first = oldest + pool.timeout if pool.timeout else None
-            if deadline is not None:
-                first = deadline if first is None else min(first, deadline)
             due_at = oldest + expected
-            ks = self.polled
-            woken = pool.worker_type.wait_any(self.workers, None if first is None else max(0.0, first - now),
-                                              pool.wake_fd, max(due_at - now, expected))
+            woken = pool.worker_type.wait_any(workers, None if first is None else max(0.0, first - now), pool.wake_fd,
+                                              max(due_at - now, expected))
             if pool.closing:
                 raise ClosedError("the env was closed while this batch was in flight")
             for j in woken:
@@ -137,41 +119,32 @@ class LaneCall:
                     worker = pool.slots[k].worker
                     self._read(k)
                     if pool.slots[k].worker is not worker:
-                        self._replaced(k)
+                        polled.remove(k)
+                        stale = True
                     continue
                 got = self._read(k)
                 if got is not None:
                     if lent is not None:
                         lent.lease.writer_done(killed=False)
                     lo = due.pop(k)[0]
-                    self.replies[lo] = got
+                    replies[lo] = got
                     if got.status == FULL:
-                        self.queue.clear()  # the general path runs the call again
+                        queue.clear()  # the general path runs the call again
                     elif got.status == ERROR:  # the chunks before it still run: the first item that fails raises
-                        self.queue = deque(rows for rows in self.queue if rows[0] < lo)
-                    if self.queue:
-                        self._send(k, self.queue.popleft())
+                        queue = deque(rows for rows in queue if rows[0] < lo)
+                    if queue:
+                        self._send(k, queue.popleft())
                 elif pool.slots[k].lane_due is None:  # it died: its replacement gets the same rows
                     if lent is not None:
                         lent.lease.writer_done(killed=True)
                     pool.wait_started(k)
                     self._send(k, due[k])
-                    self._replaced(k)
+                    stale = True
             now = time.monotonic()
             for k in due:
                 if pool.timeout is not None and now > self.sent_at[k] + pool.timeout:
                     self._time_out(k, due[k])
-            if due and deadline is not None and now >= deadline:
-                self.cut = False
-                return None
-        self.cut = False
-        return self.replies
-
-    def _replaced(self, k: int) -> None:
-        """Worker ``k`` was replaced in the call: the polled workers are listed again (in the same order)."""
-        if k not in self.due:  # (a new list: the wait's turn still reads the old one by index)
-            self.polled = [j for j in self.polled if j != k]
-        self.workers = [self.pool.slots[j].worker for j in self.polled]
+        return replies
 
     def _tail(self, rows: tuple[int, int]) -> bytes:
         """The header's tail for ``rows``: their pickled states (those that fit go to the segment's state regions)."""
@@ -199,7 +172,7 @@ class LaneCall:
         with ctrl_c_deferred():  # a header written is a header due (and a writer of the lent slab)
             if lent is not None:
                 lent.lease.add_writer()
-            slot.lane_due = self.headers[k] = (call_id, rows[0], rows[1] - rows[0])
+            slot.lane_due = (call_id, rows[0], rows[1] - rows[0])
             try:
                 slot.worker.send(header)
             except OSError:

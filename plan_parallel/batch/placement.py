@@ -134,32 +134,14 @@ class Placement:
         if place == "here":
             value = self.run_here_timed(decided, steps, job.n, lambda local: self.run_here(local, job), started)
             return BatchFuture.completed(job.n, value)
-        if place == "workers" and self.lane is not None and self.lane.takes(job):
-            if not waited_in_full:  # the caller goes on meanwhile: the pool's call in flight
-                sent = self.lane.start(job, self.tuner.step_seconds, self.tuner.n_chunks(job.n, steps),
-                                       lambda: self.send(job, decided, steps, None))
-                if sent is not None:
-                    sent.on_done = self.learned_lane_step
-                    return sent
-            else:
-                t0 = time.perf_counter() if started is None else started
-                value = self.lane.run(job, self.tuner.step_seconds, self.tuner.n_chunks(job.n, steps))
-                if value is not None:
-                    if timed_as:
-                        self.tuner.learn(size_class, place, (time.perf_counter() - t0) / max(1, steps), timed_as)
-                    self.tuner.learn_step(self.lane.last_step_seconds)
-                    return BatchFuture.completed(job.n, value)
-        return self.send(job, decided, steps, started)
-
-    def learned_lane_step(self, fut: BatchFuture) -> None:
-        """A lane call sent without waiting is done: the tuner learns a step's env time on the workers (not the
-        call's wall time, which counts what the caller did meanwhile)."""
-        assert self.lane is not None
-        self.tuner.learn_step(self.lane.last_step_seconds)
-
-    def send(self, job: Job, decided: Decision, steps: int, started: float | None) -> BatchFuture:
-        """``job`` sent the general way (its chunks to the workers, or shared with this process), as ``decided``."""
-        size_class, place, timed_as = decided
+        if place == "workers" and waited_in_full and self.lane is not None and self.lane.takes(job):
+            t0 = time.perf_counter() if started is None else started
+            value = self.lane.run(job, self.tuner.step_seconds, self.tuner.n_chunks(job.n, steps))
+            if value is not None:
+                if timed_as:
+                    self.tuner.learn(size_class, place, (time.perf_counter() - t0) / max(1, steps), timed_as)
+                self.tuner.learn_step(self.lane.last_step_seconds)
+                return BatchFuture.completed(job.n, value)
         if place == "share":
             self.local()  # built before the clock starts: its cost is not a step's
         fut = BatchFuture(self.pool, job.n, job, job.gatherer(self.observation_space))

@@ -79,7 +79,6 @@ class WorkerPool:
         self._requeue: list[tuple[int, Part]] = []
         self._step_seconds: float | None = None  # a worker's env seconds per step (EMA), to know when replies are due
         self.next_id: Callable[[], int] = itertools.count(READY + 1).__next__  # call ids, after READY's
-        self.in_flight: Any = None  # a lane call sent without waiting (batch.lane_future), settled by the next operation
         self._owner = os.getpid()  # a copy in a child forked by os.fork owns neither the workers nor the slabs
         self.info: WorkerInfo | None = None
         self.stats: dict[str, Any] = {
@@ -129,24 +128,21 @@ class WorkerPool:
 
     # ------------------------------------------------------------------ guard and recovery
     @contextlib.contextmanager
-    def guarded(self, victim: BatchFuture | None = None, deadline: float | None = None) -> Iterator[None]:
-        """Run a pool operation, after the lane call in flight (:attr:`in_flight`, until ``deadline``: it stays in
-        flight after it); on any exception, cancel ``victim`` and recover before re-raising."""
+    def guarded(self, victim: BatchFuture | None = None) -> Iterator[None]:
+        """Run a pool operation; on any exception, cancel ``victim`` and recover before re-raising."""
         with self.lock:
             if self._suspect:
-                self.recover()
+                self._recover()
             try:
-                if self.in_flight is not None and self.in_flight.settle(deadline):
-                    self.in_flight = None
                 yield
             except BaseException:
                 if victim is not None:
                     victim.cancelled = True
                 self._suspect = True
-                self.recover()
+                self._recover()
                 raise
 
-    def recover(self) -> None:
+    def _recover(self) -> None:
         """Kill every worker that had something unanswered; queue its parts again for their batches.
 
         Idempotent: an interruption inside it leaves the pool suspect, and the
@@ -209,8 +205,9 @@ class WorkerPool:
         """The workers a lane call (:mod:`plan_parallel.batch.lane`) may have: the ready ones, when no worker owes
         anything and nothing waits to be sent or recovered (else none). Under :attr:`lock`, after
         :meth:`poll_nowait` (which starts replacements and reads their READY replies)."""
-        busy = any(s.queue or s.lane_due for s in self.slots) or any(f.pending and not f.settled for f in self.feeder.waiting)
-        if busy or self._suspect or self._requeue or self._broken is not None or self.closing or self.in_flight is not None:
+        if (self._suspect or self._requeue or self._broken is not None or self.closing
+                or any(f.pending and not f.settled for f in self.feeder.waiting)
+                or any(s.queue or s.lane_due for s in self.slots)):
             return []
         return [i for i, s in enumerate(self.slots) if s.state is SlotState.READY]
 
@@ -238,7 +235,7 @@ class WorkerPool:
             try:
                 fut.progress()  # an interruption may have come between its last answer and its settling
                 if not fut.settled:
-                    with self.guarded(deadline=deadline):
+                    with self.guarded():
                         self._pump(left)
             finally:
                 self.lock.release()
@@ -247,7 +244,7 @@ class WorkerPool:
         """Handle what has arrived, without waiting (and without waiting for the lock)."""
         if self.lock.acquire(blocking=False):
             try:
-                with self.guarded(deadline=time.monotonic()):
+                with self.guarded():
                     self._pump(0.0)
             finally:
                 self.lock.release()
@@ -358,7 +355,8 @@ class WorkerPool:
         """Worker ``i`` is gone: queue its parts again and replace it (bounded by max_restarts)."""
         slot = self.slots[i]
         doing = ", ".join(p.describe() for p in slot.queue)
-        what = f" during {doing}" if doing else " while idle" if slot.state is SlotState.READY else " while building its env"
+        what = f" during {doing}" if doing else " while idle" if slot.state is SlotState.READY else \
+            " while building its env"
         self._retire(i, kill=False)
         used = self.stats["restarts"]
         msg = f"{slot.worker.name} {why}{what}"
@@ -399,8 +397,6 @@ class WorkerPool:
         raise err
 
     def _fail_all(self, err: BaseException) -> None:
-        if self.in_flight is not None:  # (a later operation finds it settled)
-            self.in_flight.fail(err)
         for _, p in self._requeue:
             p.future.fail(err)
             self.feeder.drop_slab(p)
@@ -418,8 +414,10 @@ class WorkerPool:
 
     # ------------------------------------------------------------------ closing
     def close(self, timeout: float = 1.0) -> None:
-        """Stop every worker (bounded) and free shared memory. Idempotent; safe from any thread. A thread waiting on
-        the pool is woken and its batch fails with :class:`ClosedError` (the lane call in flight too)."""
+        """Stop every worker (bounded) and free shared memory. Idempotent; safe from any thread.
+
+        A thread waiting on the pool is woken and its batch fails with :class:`ClosedError`.
+        """
         if self.closed:
             return
         if os.getpid() != self._owner:  # a forked copy (at its exit): nothing here is its own to stop or free
