@@ -52,12 +52,14 @@ def test_the_mcts_suites_multi_root_rows_run_and_make_the_same_decisions() -> No
 
     lines = bench_roots(1, True, 2, QUICK_CASES)
     assert lines[1].split()[:3] == ["env", "roots", "W"], lines
+    assert lines[1].split()[-5:] == ["eff", "x", "G=2", "same", "decisions"], lines
     rows = [ln.split() for ln in lines[2:]]
-    assert [(" ".join(r[:-9]), int(r[-9]), int(r[-8])) for r in rows] == [
+    assert [(" ".join(r[:-10]), int(r[-10]), int(r[-9])) for r in rows] == [
         ("CartPole-v1", 2, 2), ("SleepyWalk 1 ms", 2, 1), ("SleepyWalk 1 ms", 2, 2)], lines
     for r in rows:
-        assert all(float(v) > 0 for v in r[-7:-1]), r  # decisions/s, ratios and efficiency
-        assert r[-1] == "yes", r  # single-root searches, plan_many inline and on the workers decided alike
+        assert all(float(v) > 0 for v in r[-8:-2]), r  # decisions/s, ratios and efficiency
+        assert r[-1] == "yes", r  # single-root searches, plan_many inline and on the workers (G=1, G=2) alike
+    assert float(rows[0][-2]) > 0 and [r[-2] for r in rows[1:]] == ["-", "-"], rows  # G=2 at --workers only
 
 
 @pytest.mark.timeout(300)

@@ -99,9 +99,12 @@ def _planner(case: Case, seed: int) -> Any:
     return make_planner("mcts", env_id, seed=seed, **(case.planner or {}))
 
 
-def _decide(case: Case, env: Any, stepper: Any, starts: list, together: bool) -> tuple[float, list[list[int]]]:
-    """Seconds spent planning ``case.calls`` decisions of every root, and the actions chosen at each."""
+def _decide(case: Case, env: Any, stepper: Any, starts: list, together: bool,
+            overlap: int = 1) -> tuple[float, list[list[int]]]:
+    """Seconds spent planning ``case.calls`` decisions of every root, and the actions chosen at each (``overlap``:
+    the planner's groups of roots whose rollouts are in flight together, ``together`` only)."""
     planners = [_planner(case, 0)] if together else [_planner(case, k) for k in range(case.roots)]
+    planners[0].overlap = overlap if together else 1
     states, seconds, chosen = list(starts), 0.0, []
     for _ in range(case.calls):
         t0 = time.perf_counter()
@@ -128,12 +131,17 @@ def _rows(case: Case, repeats: int, default_workers: int) -> list[str]:
         _decide(case, inline, inline, starts, together=False)  # warm up (imports, the first tree)
         many_inline: list[float] = []
         for w in case.workers or (default_workers,):
+            overlapped = case.workers is None  # (the rows at --workers: what planner.overlap = 2 gives there)
             with pp.make(case.env, backend="process", n_workers=w, **case.env_kwargs) as env:
                 _decide(case, env, inline, starts, together=True)  # the tuner measures its places first
-                single, many, ratios, same = [], [], [], True
+                single, many, ratios, same, ratios_g2 = [], [], [], True, []
                 for _ in range(repeats):
                     s_sec, s_act = _decide(case, inline, inline, starts, together=False)
                     m_sec, m_act = _decide(case, env, inline, starts, together=True)
+                    if overlapped:
+                        g_sec, g_act = _decide(case, env, inline, starts, together=True, overlap=2)
+                        ratios_g2.append(s_sec / g_sec)
+                        same = same and g_act == s_act
                     if len(many_inline) < repeats:  # plan_many inline: in the first W's turns
                         i_sec, i_act = _decide(case, inline, inline, starts, together=True)
                         many_inline.append(decisions / i_sec)
@@ -144,9 +152,10 @@ def _rows(case: Case, repeats: int, default_workers: int) -> list[str]:
                     same = same and m_act == s_act
             x = statistics.median(ratios)
             x_inl = statistics.median(many_inline) / statistics.median(single)
+            x_g2 = f"{statistics.median(ratios_g2):.2f}" if ratios_g2 else "-"
             lines.append(f"{case.label:<16} {case.roots:>5} {w:>3} {statistics.median(single):>13.2f} "
                          f"{statistics.median(many_inline):>11.2f} {statistics.median(many):>8.2f} "
-                         f"{x_inl:>13.2f} {x:>6.2f} {x / w:>5.2f}  {'yes' if same else 'NO'}")
+                         f"{x_inl:>13.2f} {x:>6.2f} {x / w:>5.2f} {x_g2:>7}  {'yes' if same else 'NO'}")
     return lines
 
 
@@ -156,10 +165,11 @@ def bench_roots(repeats: int, quick: bool, workers: int, cases: Sequence[Case] |
     lines = [
         f"multi-root MCTS: decisions/s of B roots in one plan_many against B single-root searches one after the "
         f"other inline, over each case's first decisions (median of {repeats} alternating runs); x W: many on W "
-        f"process workers ÷ single inline, per turn; eff: x W ÷ W; SleepyWalk's steps sleep (no CPU): W workers "
-        f"could give W x",
+        f"process workers ÷ single inline, per turn; eff: x W ÷ W; x G=2: the same with planner.overlap = 2 (two "
+        f"groups of roots, one's rollouts in flight while this process advances the other's trees; rows at "
+        f"--workers only); SleepyWalk's steps sleep (no CPU): W workers could give W x",
         f"{'env':<16} {'roots':>5} {'W':>3} {'single inline':>13} {'many inline':>11} {'many W':>8} "
-        f"{'x many-inline':>13} {'x W':>6} {'eff':>5}  same decisions",
+        f"{'x many-inline':>13} {'x W':>6} {'eff':>5} {'x G=2':>7}  same decisions",
     ]
     for case in cases:
         lines.extend(_rows(case, repeats, workers))
