@@ -104,7 +104,8 @@ def _decide(case: Case, env: Any, stepper: Any, starts: list, together: bool,
     """Seconds spent planning ``case.calls`` decisions of every root, and the actions chosen at each (``overlap``:
     the planner's groups of roots whose rollouts are in flight together, ``together`` only)."""
     planners = [_planner(case, 0)] if together else [_planner(case, k) for k in range(case.roots)]
-    planners[0].overlap = overlap if together else 1
+    if together:
+        planners[0].overlap = overlap
     states, seconds, chosen = list(starts), 0.0, []
     for _ in range(case.calls):
         t0 = time.perf_counter()
@@ -130,8 +131,8 @@ def _rows(case: Case, repeats: int, default_workers: int) -> list[str]:
         starts = [inline.reset(seed=k)[0] for k in range(case.roots)]
         _decide(case, inline, inline, starts, together=False)  # warm up (imports, the first tree)
         many_inline: list[float] = []
+        overlapped = case.workers is None  # (the rows at --workers: what planner.overlap = 2 gives there)
         for w in case.workers or (default_workers,):
-            overlapped = case.workers is None  # (the rows at --workers: what planner.overlap = 2 gives there)
             with pp.make(case.env, backend="process", n_workers=w, **case.env_kwargs) as env:
                 _decide(case, env, inline, starts, together=True)  # the tuner measures its places first
                 single, many, ratios, same, ratios_g2 = [], [], [], True, []
