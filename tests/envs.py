@@ -34,7 +34,9 @@ __all__ = [
     "CounterEnv",
     "DictObsEnv",
     "FaultyEnv",
+    "FlatStateEnv",
     "NumpyInfoEnv",
+    "ShiftingStateEnv",
     "UnclonableEnv",
     "UnpicklableError",
 ]
@@ -95,6 +97,43 @@ class NumpyInfoEnv(CounterEnv):
         obs, reward, terminated, truncated, _ = super().step(action)
         info = {0: np.float64(self.noise), "count": np.int64(self.count), ("total",): np.float32(self.total)}
         return obs, reward, terminated, truncated, info
+
+
+class ShiftingStateEnv(CounterEnv):
+    """:class:`CounterEnv` whose ``get_state`` tuple changes form with its count: ``(count, total, noise)`` (two ints
+    and a float), except at every fourth count: the total as a float, the noise as a numpy float, a bool more, or
+    the total beyond 64 bits (in turn). For the lane's rows of tuples of scalars: a result or a call's states of
+    another form than the first's take the pickled layout or the general path."""
+
+    BIG = 1 << 70
+
+    def get_state(self) -> tuple:
+        c, t, n = self.count, self.total, self.noise
+        form = (c // 4) % 4 if c % 4 == 3 else None
+        if form == 0:
+            return (c, float(t), n)
+        if form == 1:
+            return (c, t, np.float64(n))
+        if form == 2:
+            return (c, t, n, c % 8 == 3)
+        if form == 3:
+            return (c, t + self.BIG, n)
+        return (c, t, n)
+
+    def set_state(self, state: tuple) -> None:
+        c, t, n = state[:3]
+        self.count, self.noise = c, float(n)
+        self.total = int(t) - (self.BIG if t >= self.BIG else 0)
+
+
+class FlatStateEnv(CounterEnv):
+    """:class:`CounterEnv` whose ``get_state`` value is one float64 array ``[count, total, noise]``."""
+
+    def get_state(self) -> np.ndarray:
+        return np.array([self.count, self.total, self.noise], dtype=np.float64)
+
+    def set_state(self, state: np.ndarray) -> None:
+        self.count, self.total, self.noise = int(state[0]), int(state[1]), float(state[2])
 
 
 class PidEnv(CounterEnv):

@@ -17,7 +17,7 @@ import pytest
 from hypothesis.stateful import run_state_machine_as_test
 
 import plan_parallel as pp
-from tests.envs import ArrayStateEnv
+from tests.envs import ArrayStateEnv, ShiftingStateEnv
 from tests.fuzz_api import ApiMachine, Case, VectorCase, VectorMachine, fuzz_settings
 
 # family -> (env, make kwargs, gymnasium's own env builder kwargs, examples, steps). ALE is slow (an item
@@ -35,6 +35,8 @@ FAMILIES: dict[str, tuple[Any, dict, int, int]] = {
     "ale-ram": ("ALE/Pong-v5", {"repeat_action_probability": 0.0, "obs_type": "ram"}, 4, 10),
     "pickle": ("MiniGrid-Empty-5x5-v0", {}, 8, 14),
     "user": (ArrayStateEnv, {}, 16, 16),
+    # a tuple of ints and a float, of other forms at every fourth count: the lane's rows, pickles and general path
+    "user-tuple": (ShiftingStateEnv, {"horizon": 40}, 16, 16),
 }
 BACKENDS: dict[str, dict[str, Any]] = {
     "inline": {"backend": "inline"},

@@ -31,19 +31,20 @@ from plan_parallel.wire.lane import ERROR, HEADER, REPLY, TAG
 from plan_parallel.workers.server import build_server
 from tests.conftest_leaks import live_children
 from tests.deadline import call_with_deadline
-from tests.envs import ArrayStateEnv, CounterEnv, NumpyInfoEnv
+from tests.envs import ArrayStateEnv, CounterEnv, FlatStateEnv, NumpyInfoEnv
 from tests.envs_faults import SlowOrRaisingEnv
 from tests.helpers import assert_batches_equal
 from tests.test_interrupts import Interrupt, InterruptAtLine
 
 # Rows: classic control and MuJoCo (float64 arrays); ALE (a state's bytes, the sticky pair and its RNG as words:
 # sticky actions draw), with RAM observations (small rows) and with screens (100 KB: lent to the result).
+# User envs whose steps draw from their RNG (its words in the rows): a tuple of ints and a float (one with numpy
+# infos), a float64 array.
 LENT_ENVS: list[Any] = [("ALE/Pong-v5", {"frameskip": 1})]
 ROW_ENVS: list[Any] = ["CartPole-v1", "Acrobot-v1", "MountainCar-v0", "HalfCheetah-v5", "Hopper-v5",
-                       ("ALE/Pong-v5", {"obs_type": "ram"}), *LENT_ENVS]
-# States pickled: an extra that is a float; a float32 state; user envs whose steps draw from their RNG (one
-# with numpy infos).
-PICKLED_ENVS: list[Any] = ["Pendulum-v1", "MountainCarContinuous-v0", ArrayStateEnv, CounterEnv, NumpyInfoEnv]
+                       ("ALE/Pong-v5", {"obs_type": "ram"}), *LENT_ENVS, CounterEnv, NumpyInfoEnv, FlatStateEnv]
+# States pickled: an extra that is a float; a float32 state; a user env's tuple holding an array.
+PICKLED_ENVS: list[Any] = ["Pendulum-v1", "MountainCarContinuous-v0", ArrayStateEnv]
 GENERAL_ENVS: list[Any] = ["FrozenLake-v1"]  # a Discrete observation
 
 
@@ -136,7 +137,7 @@ def assert_rollouts_equal(got: Any, want: Any) -> None:
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("lane", [True, False], ids=["lane", "no-lane"])
 @pytest.mark.parametrize("n_workers", [1, 2, 3])
-@pytest.mark.parametrize("spec", ["CartPole-v1", "HalfCheetah-v5", "Pendulum-v1", ArrayStateEnv,
+@pytest.mark.parametrize("spec", ["CartPole-v1", "HalfCheetah-v5", "Pendulum-v1", ArrayStateEnv, CounterEnv,
                                   ("ALE/Pong-v5", {"obs_type": "ram"}), *LENT_ENVS], ids=env_name)
 def test_every_rollout_equals_inline_with_the_lane_on_or_off(spec: Any, n_workers: int, lane: bool) -> None:
     """Rollouts of given actions (the planners' kind): from subsets of the last call's states, or from the
@@ -307,8 +308,8 @@ def test_a_lane_call_past_its_timeout_raises_and_the_env_stays_exact() -> None:
 
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("spec,chunked", [("CartPole-v1", False), (ArrayStateEnv, False), ("CartPole-v1", True),
-                                         (LENT_ENVS[0], False)],
-                         ids=["rows", "pickled", "chunks-handed-out", "ale-rows-lent-screens"])
+                                         (LENT_ENVS[0], False), (CounterEnv, False)],
+                         ids=["rows", "pickled", "chunks-handed-out", "ale-rows-lent-screens", "user-tuple-rows"])
 def test_an_interrupt_at_every_line_of_a_lane_call_leaves_the_env_exact(spec: Any, chunked: bool) -> None:
     """KeyboardInterrupt at the first event of every line of plan_parallel a lane call reaches (where SIGINT is
     not held back), each in its own call; then two calls equal the oracle's. States as rows, or pickled; and
@@ -408,20 +409,22 @@ def test_an_env_error_in_a_lane_serve_travels_with_its_item() -> None:
     server.close()
 
 
-@pytest.mark.parametrize("env_id,row", [("CartPole-v1", "count"), ("Acrobot-v1", "none"), ("MountainCar-v0", "none"),
-                                        ("HalfCheetah-v5", "none"), ("Pendulum-v1", None),
-                                        ("MountainCarContinuous-v0", "none"), ("ALE/Pong-v5", "sticky"),
-                                        ("FrozenLake-v1", None)])
-def test_which_families_declare_a_fixed_row(env_id: str, row: str | None) -> None:
+@pytest.mark.parametrize("env_id,row,rng", [("CartPole-v1", "count", False), ("Acrobot-v1", "none", False),
+                                            ("MountainCar-v0", "none", False), ("HalfCheetah-v5", "none", False),
+                                            ("Pendulum-v1", None, False), ("MountainCarContinuous-v0", "none", False),
+                                            ("ALE/Pong-v5", "sticky", True), ("FrozenLake-v1", None, False),
+                                            (CounterEnv, "none", True)], ids=str)
+def test_which_families_declare_a_fixed_row(env_id: Any, row: str | None, rng: bool) -> None:
     """Adapter.row_extra, the family's opt-in: CartPole's extra is a count; Pendulum's (last_u, a float) is not
-    a row; ALE's is the sticky pair (its rows hold the RNG too: Adapter.row_rng); toy text is not.
-    MountainCarContinuous declares one, but its float32 state does not fit the float64 column, so its calls
-    take the general path (see the exactness table)."""
+    a row; ALE's is the sticky pair; toy text is not; a user env's ``get_state`` value is a row when it is a
+    float64 array or a tuple of scalars (else pickled, call by call). ALE's and a user env's rows hold the RNG too
+    (Adapter.row_rng: their steps may draw). MountainCarContinuous declares one, but its float32 state does not fit
+    the float64 column, so its states travel pickled (see the exactness table)."""
     from plan_parallel.env.plan_env import engine_of
 
     with pp.make(env_id, backend="inline") as env:
         assert engine_of(env).adapter.row_extra() == row
-        assert engine_of(env).adapter.row_rng() is (row == "sticky")
+        assert engine_of(env).adapter.row_rng() is rng
 
 
 @pytest.mark.timeout(120)

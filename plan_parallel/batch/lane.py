@@ -27,7 +27,7 @@ import numpy as np
 from gymnasium import spaces
 
 from plan_parallel.batch.lane_call import LaneCall, LaneReply, Lent, Segment
-from plan_parallel.batch.lane_columns import read_row_states, row_form, write_row_states
+from plan_parallel.batch.lane_columns import RowForm, read_row_states, row_form, write_row_states
 from plan_parallel.batch.parts import SlotState
 from plan_parallel.batch.pool import WorkerPool
 from plan_parallel.errors import failed_item
@@ -167,17 +167,18 @@ class Lane:
             return self._result(job, replies, inputs.rngs, lent)
 
     # ------------------------------------------------------------------ inputs
-    def _ensure_layout(self, job: Job, sim: int, wrappers: int, blob: int, pickled: bool) -> None:
+    def _ensure_layout(self, job: Job, form: RowForm | None) -> None:
         """Make current a segment whose rows fit ``job``: the one kept for its forms of rows, made anew when there
-        is none or it has too few rows. ``sim`` values, ``wrappers`` entries and ``blob`` bytes a state (0 when
-        ``pickled``)."""
+        is none or it has too few rows. ``form``: its states' row (None: they travel pickled)."""
         assert self.obs_form is not None
         actions = job.actions
-        lay = Layout("", 1 << max(6, (job.n - 1).bit_length()), sim, wrappers, (actions.dtype.str, actions.shape[1:]),
-                     self.obs_form, job.rollout.horizon if job.rollout else 0, pickled,
-                     self.state_bytes if pickled else 0, blob, self.pair and not pickled,
-                     0 if pickled else self.rng_words)
-        forms = (lay.sim, lay.wrappers, lay.action, lay.steps, lay.pickled, lay.blob)
+        pickled = form is None
+        row = form or RowForm(0, 0)
+        lay = Layout("", 1 << max(6, (job.n - 1).bit_length()), row.sim, row.wrappers,
+                     (actions.dtype.str, actions.shape[1:]), self.obs_form, job.rollout.horizon if job.rollout else 0,
+                     pickled, self.state_bytes if pickled else 0, row.blob, self.pair and not pickled,
+                     0 if pickled else self.rng_words, row.scalars)
+        forms = (lay.sim, lay.wrappers, lay.action, lay.steps, lay.pickled, lay.blob, lay.scalars)
         with ctrl_c_deferred():  # the segments, the current one's layout and its columns change together
             segment = self.segments.pop(forms, None)
             if segment is None or job.n > segment.layout.capacity or lay.state_bytes > segment.layout.state_bytes:
@@ -200,13 +201,13 @@ class Lane:
         if self.rows:
             form = row_form(states[0])
             if form is not None:
-                self._ensure_layout(job, *form, False)
+                self._ensure_layout(job, form)
                 assert self.layout is not None
                 rngs = write_row_states(self.cols, states, self.kind, self.layout)
         if rngs is None:
             if not self.pickled:
                 return None
-            self._ensure_layout(job, 0, 0, 0, True)
+            self._ensure_layout(job, None)
         self.cols["actions"][:n] = job.actions
         return Inputs(rngs, None if rngs is not None else list(states))
 

@@ -2,7 +2,8 @@
 as they are when it is given back whole), and read from the output rows as a
 :class:`~plan_parallel.state.state_batch.StateBatch` whose states are made when read.
 
-A row holds a state's simulator array (float64) or its bytes form (an ALE state's, one length a layout), its
+A row holds a state's simulator array (float64), its bytes form (an ALE state's, one length a layout) or its tuple
+of Python scalars packed (a user env's ``get_state`` value: :func:`~plan_parallel.wire.lane.scalar_format`), its
 ``extra`` as an integer or an (int, float) pair, its wrapper counters and, when the step draws, its RNG state as
 words (:mod:`plan_parallel.wire.lane`); in a layout without RNG words the step draws nothing from the RNG, so
 each result carries the RNG value of the state it started from.
@@ -14,16 +15,26 @@ a state whose fields were replaced since, or made otherwise, is written from its
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from plan_parallel.state import State
 from plan_parallel.state.state_batch import StateBatch, StateColumns
 from plan_parallel.state.state_value import RowBytes
-from plan_parallel.wire.lane import Layout, decode_extra, encode_extra, encode_pair, rng_of_words, rng_words
+from plan_parallel.wire.lane import (
+    Layout,
+    decode_extra,
+    encode_extra,
+    encode_pair,
+    pack_scalars,
+    rng_of_words,
+    rng_words,
+    scalar_format,
+    scalar_struct,
+)
 
-__all__ = ["F8", "MAX_SOURCES", "MIN_FROM_SOURCES", "read_row_states", "row_form", "write_row_states"]
+__all__ = ["F8", "MAX_SOURCES", "MIN_FROM_SOURCES", "RowForm", "read_row_states", "row_form", "write_row_states"]
 
 F8 = np.dtype(np.float64)
 # A list of states read from more result columns than this is written from its fields (a copy a source costs
@@ -33,25 +44,39 @@ MAX_SOURCES = 8
 MIN_FROM_SOURCES = 4
 
 
-def row_form(first: State) -> tuple[int, int, int] | None:
-    """``(sim, wrappers, blob)``: float64 values, wrapper counters and bytes of a row layout that the state ``first``
-    of a call would fit (a float64 array, or a bytes form: ``blob`` > 0 and ``sim`` 0), or None."""
+class RowForm(NamedTuple):
+    """The form of a row layout's state (:class:`~plan_parallel.wire.lane.Layout`'s fields of the same names): one
+    of ``sim`` (float64 values), ``blob`` (bytes) and ``scalars`` (a tuple's form) is set."""
+
+    sim: int
+    wrappers: int
+    blob: int = 0
+    scalars: str = ""
+
+
+def row_form(first: State) -> RowForm | None:
+    """The row layout's form that the state ``first`` of a call would fit (a float64 array, a bytes form, a tuple of
+    scalars), or None."""
     if not all(type(v) is int for v in first.wrappers):
         return None
     sim = first.wire_sim
     if type(sim) is np.ndarray and sim.dtype == F8 and sim.ndim == 1:
-        return sim.shape[0], len(first.wrappers), 0
+        return RowForm(sim.shape[0], len(first.wrappers))
+    codes = scalar_format(sim)
+    if codes is not None:
+        return RowForm(0, len(first.wrappers), scalars=codes)
     try:
         blob = first.sim_blob()
     except Exception:  # a malformed value: the pickled path raises what the inline backend would
         return None
-    return None if type(blob) is not bytes else (0, len(first.wrappers), len(blob))
+    return None if type(blob) is not bytes else RowForm(0, len(first.wrappers), len(blob))
 
 
 def _fits(cols: dict[str, np.ndarray], columns: StateColumns, kind: str, layout: Layout) -> bool:
-    """Whether a result's ``columns`` are of ``kind`` and have the rows of ``layout``'s input columns ``cols``."""
-    return columns.kind == kind and tuple(columns.fields) == layout.state_stems() and all(
-        col.shape[1:] == cols["in_" + stem].shape[1:] for stem, col in columns.fields.items())
+    """Whether a result's ``columns`` are of ``kind`` and have the rows of ``layout``'s input columns ``cols`` (tuples
+    of scalars of its form: rows of one width may be of two forms)."""
+    return (columns.kind == kind and columns.scalars == layout.scalars and tuple(columns.fields) == layout.state_stems()
+            and all(col.shape[1:] == cols["in_" + stem].shape[1:] for stem, col in columns.fields.items()))
 
 
 def _write_from_sources(cols: dict[str, np.ndarray], states: Any, kind: str, layout: Layout) -> list[Any] | None:
@@ -106,6 +131,11 @@ def _write_fields(cols: dict[str, np.ndarray], states: Any, layout: Layout) -> l
         if any(type(b) is not bytes or len(b) != layout.blob for b in blobs):
             return None
         cols["in_blob"][:n] = np.frombuffer(b"".join(blobs), np.uint8).reshape(n, layout.blob)  # type: ignore[arg-type]
+    elif layout.scalars:
+        packed = pack_scalars([s.sim for s in states], layout.scalars)
+        if packed is None:
+            return None
+        cols["in_scalars"][:n] = np.frombuffer(packed, np.uint8).reshape(n, -1)
     else:
         sims = [s.sim for s in states]
         if any(type(x) is not np.ndarray or x.dtype != F8 for x in sims):
@@ -170,9 +200,12 @@ def read_row_states(cols: dict[str, np.ndarray], n: int, kind: str, rngs: list[A
     extra_col, wrappers_col = fields["extra"], fields["wrappers"]
     extras = extra_col.tolist()  # (the wrappers' rows are made tuples when a state is: N small lists made
     # here would stay tracked by the garbage collector, whose passes then cost more than the lists)
-    columns = StateColumns(kind, fields, None if layout.rng else rngs, trust)
+    columns = StateColumns(kind, fields, None if layout.rng else rngs, trust, layout.scalars)
     floats = fields["extra_f"].tolist() if layout.pair else None
     blobs, sims, words = fields.get("blob"), fields.get("sim"), fields.get("rng")
+    scalars = fields.get("scalars", np.empty((0, 1), np.uint8))
+    unpack, size, packed = (scalar_struct(layout.scalars).unpack_from if layout.scalars else None), scalars.shape[1], (
+        scalars.tobytes())
 
     def make(k: int) -> State:
         extra = (extras[k], floats[k]) if floats is not None else decode_extra(extras[k])
@@ -180,6 +213,8 @@ def read_row_states(cols: dict[str, np.ndarray], n: int, kind: str, rngs: list[A
         wrappers = tuple(wrappers_col[k].tolist())
         if blobs is not None:
             state = State.from_blob(kind, RowBytes(blobs, k), extra, rng, wrappers, None, trust, frozen=True)
+        elif unpack is not None:
+            state = State.of_frozen(kind, unpack(packed, k * size), extra, rng, wrappers, None, trust)
         else:
             state = State.of_frozen(kind, sims[k], extra, rng, wrappers, None, trust)  # type: ignore[index]
         state.source_row = (columns, k, extra, rng, wrappers)

@@ -69,7 +69,8 @@ class ExecutionPolicy:
             segment and a header a chunk instead of the general path's chunks (:mod:`plan_parallel.batch.lane`;
             the same results): states as columns where their family has a fixed row
             (:meth:`~plan_parallel.state.Adapter.row_extra`: classic control and MuJoCo whose step draws
-            nothing), else pickled when an observation is at most 16 KB. False: every batch takes the general
+            nothing, ALE, user envs whose ``get_state`` value is a float64 array or a tuple of floats, ints and
+            bools), else pickled when an observation is at most 16 KB. False: every batch takes the general
             path.
 
     Raises:

@@ -31,14 +31,17 @@ class StateColumns(NamedTuple):
 
     ``fields``: N rows a column, by the lane's name of it (``"sim"``: N x k float64, ``"extra"``: N int64, the
     lane's encoding of ``extra``, ``"wrappers"``: N x m int64; and, for the layouts that have them, ``"blob"``,
-    ``"extra_f"``, ``"rng"``), read-only; ``rngs``: the N RNG values (None for a layout whose rows hold them),
-    all of one ``kind``; ``token``: the check they pass (:func:`~plan_parallel.state.state_value.validate_each`).
+    ``"extra_f"``, ``"rng"``, ``"scalars"``), read-only; ``rngs``: the N RNG values (None for a layout whose rows
+    hold them), all of one ``kind``; ``token``: the check they pass
+    (:func:`~plan_parallel.state.state_value.validate_each`); ``scalars``: the form of their tuples of scalars
+    (:func:`~plan_parallel.wire.lane.scalar_format`; empty for other layouts).
     """
 
     kind: str
     fields: dict[str, np.ndarray]
     rngs: list | None
     token: Any
+    scalars: str = ""
 
 
 class StateBatch(Sequence[State]):

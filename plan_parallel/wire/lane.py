@@ -1,8 +1,9 @@
 """The lane's wire: fixed columns in one shared segment, and the headers that name rows of them.
 
 A step or rollout call of states with a fixed row layout (a family's :meth:`~plan_parallel.state.Adapter.row_extra`:
-classic control and MuJoCo whose step draws nothing, ALE) needs no pickle: the caller writes every input once
-into columns of rows ``0..n`` (the states' simulator arrays or their bytes forms of one length, their ``extra``
+classic control and MuJoCo whose step draws nothing, ALE, user envs) needs no pickle: the caller writes every input
+once into columns of rows ``0..n`` (the states' simulator arrays, their bytes forms of one length, or tuples of
+Python floats, ints and bools of one form packed as bytes (:func:`scalar_format`), their ``extra``
 as an integer or an (int, float) pair, their wrapper counters, their RNG states as words when the step draws,
 the actions), sends each worker a :data:`HEADER` naming its rows ``lo..lo+m``, and reads the results from the
 output columns of the same rows. A reply is a :data:`REPLY` header alone, unless it
@@ -38,9 +39,10 @@ from plan_parallel.state import State
 from plan_parallel.wire.columns import pack_states
 from plan_parallel.wire.slabs import PROTOCOL, ArrayWriter, Slab, read_columns
 
-__all__ = ["ERROR", "FULL", "HEADER", "INFOS", "MAX_SEGMENTS", "MAX_STATE_BYTES", "OK", "REPLY", "RNG_WORDS", "STATES", "TAG",
-           "Layout", "decode_extra", "encode_extra", "encode_pair", "pack_states_tail", "rng_of_words", "rng_words",
-           "state_bytes_for", "unpack_states_tail"]
+__all__ = ["ERROR", "FULL", "HEADER", "INFOS", "MAX_SCALARS", "MAX_SEGMENTS", "MAX_STATE_BYTES", "OK", "REPLY",
+           "RNG_WORDS", "STATES", "TAG", "Layout", "decode_extra", "encode_extra", "encode_pair", "pack_scalars",
+           "pack_states_tail", "rng_of_words", "rng_words", "scalar_format", "scalar_struct", "state_bytes_for",
+           "unpack_states_tail"]
 
 TAG = b"L"
 # TAG, call id, lo, n, dt, check (1: the worker checks the states first), length of the layout's key that follows,
@@ -58,6 +60,8 @@ ALIGN = 64
 # A pickled layout's state regions hold at most this many bytes a row (each direction): larger states travel in
 # the messages (a segment of 4096 rows holds 2 x 128 MB of regions at most; pages never written cost nothing).
 MAX_STATE_BYTES = 32768
+MAX_SCALARS = 256  # a longer tuple of scalars travels pickled
+_SCALAR_CODES = {float: "d", int: "q", bool: "?"}  # struct's: exact for a float, a 64-bit int, a bool
 
 
 def encode_extra(extra: Any) -> int | None:
@@ -81,6 +85,36 @@ def encode_pair(extra: Any) -> tuple[int, float] | None:
             -_I64 - 1 <= extra[0] <= _I64):
         return extra
     return None
+
+
+def scalar_format(sim: Any) -> str | None:
+    """A tuple of plain Python floats, ints and bools (not their subclasses: numpy's scalars) as the
+    :mod:`struct` codes of its items, which pack it into a row's bytes and unpack it as it was ("d", "q", "?");
+    None for any other value, or an empty or longer tuple than :data:`MAX_SCALARS`."""
+    if type(sim) is not tuple or not 0 < len(sim) <= MAX_SCALARS:
+        return None
+    try:
+        return "".join([_SCALAR_CODES[type(v)] for v in sim])
+    except KeyError:
+        return None
+
+
+@functools.lru_cache(maxsize=64)
+def scalar_struct(codes: str) -> struct.Struct:
+    """The packer of tuples of the form ``codes`` (:func:`scalar_format`): little-endian, no padding."""
+    return struct.Struct("<" + codes)
+
+
+def pack_scalars(sims: Sequence[Any], codes: str) -> bytes | None:
+    """The tuples ``sims``, each of the form ``codes``, packed one after the other; None when one is of another
+    form or holds an int beyond 64 bits (the states do not fit the lane)."""
+    if any(scalar_format(sim) != codes for sim in sims):
+        return None
+    pack = scalar_struct(codes).pack
+    try:
+        return b"".join([pack(*sim) for sim in sims])
+    except struct.error:
+        return None
 
 
 RNG_WORDS = 6  # a PCG64 state in a row: state and inc (128 bits each, low word first), has_uint32, uinteger
@@ -126,6 +160,8 @@ class Layout:
         state_bytes: a pickled layout's bytes a row in each state region, ``in_states`` and ``out_states``: a
             chunk's states' arrays and blobs are written in its rows' part of the region where they fit.
         blob: the length of a state's simulator value in its bytes form (``sim`` is then 0; an ALE state's).
+        scalars: the form of a state's simulator value that is a tuple of scalars (:func:`scalar_format`), packed in
+            ``*_scalars`` (``sim`` and ``blob`` are then 0; a user env's ``get_state`` value).
         pair: ``extra`` is an (int, float) pair (:func:`encode_pair`), in ``*_extra`` and ``*_extra_f``.
         rng: the words of a state's RNG a row (:data:`RNG_WORDS`; 0: the step draws nothing, and each result
             takes its input's RNG value in the caller).
@@ -143,12 +179,14 @@ class Layout:
     blob: int = 0
     pair: bool = False
     rng: int = 0
+    scalars: str = ""
 
     def forms(self) -> list[tuple[str, str, tuple[int, ...]]]:
         """``(column, dtype, row shape)`` for every column, in the segment's order."""
         f8, i8, u1, u8 = "<f8", "<i8", "|u1", "<u8"
         state = [("sim", f8, (self.sim,)), ("extra", i8, ()), ("wrappers", i8, (self.wrappers,)),
-                 ("blob", u1, (self.blob,)), ("extra_f", f8, ()), ("rng", u8, (self.rng,))]
+                 ("blob", u1, (self.blob,)), ("extra_f", f8, ()), ("rng", u8, (self.rng,)),
+                 ("scalars", u1, (scalar_struct(self.scalars).size if self.scalars else 0,))]
         return [
             *[("in_" + stem, dtype, shape) for stem, dtype, shape in state],
             ("actions", self.action[0], self.action[1]),
@@ -161,7 +199,8 @@ class Layout:
 
     def state_stems(self) -> tuple[str, ...]:
         """The columns a state's row fills (each as ``in_`` and ``out_``), without their prefix."""
-        return (("blob",) if self.blob else ("sim",)) + ("extra", "wrappers") + (("extra_f",) if self.pair else ()) + (
+        sim = "blob" if self.blob else "scalars" if self.scalars else "sim"
+        return (sim, "extra", "wrappers") + (("extra_f",) if self.pair else ()) + (
             ("rng",) if self.rng else ())
 
     def offsets(self) -> tuple[dict[str, int], int]:
@@ -193,18 +232,18 @@ class Layout:
         return ";".join([self.name, str(self.capacity), str(self.sim), str(self.wrappers), a[0],
                          ",".join(map(str, a[1])), o[0], ",".join(map(str, o[1])), str(self.steps),
                          str(int(self.pickled)), str(self.state_bytes), str(self.blob), str(int(self.pair)),
-                         str(self.rng)]).encode("ascii")
+                         str(self.rng), self.scalars]).encode("ascii")
 
     @classmethod
     def from_key(cls, key: bytes) -> Layout:
         (name, capacity, sim, wrappers, adtype, ashape, odtype, oshape, steps, pickled, state_bytes, blob, pair,
-         rng) = key.decode("ascii").split(";")
+         rng, scalars) = key.decode("ascii").split(";")
 
         def shape(text: str) -> tuple[int, ...]:
             return tuple(int(x) for x in text.split(",")) if text else ()
 
         return cls(name, int(capacity), int(sim), int(wrappers), (adtype, shape(ashape)), (odtype, shape(oshape)),
-                   int(steps), pickled == "1", int(state_bytes), int(blob), pair == "1", int(rng))
+                   int(steps), pickled == "1", int(state_bytes), int(blob), pair == "1", int(rng), scalars)
 
 
 def pack_states_tail(states: Sequence[State], infos: list[dict] | None, slab: Slab, region: tuple[int, int],

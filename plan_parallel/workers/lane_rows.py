@@ -111,7 +111,11 @@ class LaneRows:
             blobs = c["in_blob"][lo:hi]
             return [State.from_blob(kind, blobs[k].tobytes(), pairs[k], rngs[k], tuple(wrappers[k]), frozen=True)
                     for k in range(n)]
-        sims = c["in_sim"][lo:hi].copy()
+        sims: Any
+        if layout.scalars:
+            sims = list(wire.scalar_struct(layout.scalars).iter_unpack(c["in_scalars"][lo:hi].tobytes()))
+        else:
+            sims = c["in_sim"][lo:hi].copy()
         return [State.captured(kind, sims[k], pairs[k], rngs[k], tuple(wrappers[k]), None, None) for k in range(n)]
 
     def _lent_rows(self, layout: wire.Layout, name: str, size: int, lo: int, n: int) -> np.ndarray | None:
@@ -158,12 +162,18 @@ class LaneRows:
     @staticmethod
     def _write_states(c: dict[str, np.ndarray], layout: wire.Layout, lo: int, hi: int, states: list[State]) -> bool:
         """Write the result ``states`` into output rows lo..hi of a row layout; False when one does not fit (another
-        length of bytes, another form of extra or RNG: the arrays, counts and wrapper counters :meth:`_fits` checked)."""
+        length of bytes, another form of tuple, extra or RNG: the arrays, counts and wrapper counters :meth:`_fits`
+        checked)."""
         if layout.blob:
             blobs = [s.sim_blob() for s in states]
             if any(type(b) is not bytes or len(b) != layout.blob for b in blobs):
                 return False
             c["out_blob"][lo:hi] = np.frombuffer(b"".join(blobs), np.uint8).reshape(hi - lo, layout.blob)  # type: ignore[arg-type]
+        elif layout.scalars:
+            packed = wire.pack_scalars([s.sim for s in states], layout.scalars)
+            if packed is None:
+                return False
+            c["out_scalars"][lo:hi] = np.frombuffer(packed, np.uint8).reshape(hi - lo, -1)
         else:
             c["out_sim"][lo:hi] = [s.sim for s in states]
         if layout.pair:
@@ -187,8 +197,8 @@ class LaneRows:
     def _fits(c: dict[str, np.ndarray], layout: wire.Layout, states: list[State], obs: list) -> bool:
         """Whether the results' observations, and their states' arrays, extras and wrapper counters, fit the
         columns ``c`` of ``layout`` exactly (else the caller runs the call on the general path); a pickled
-        layout's states travel pickled (only the observations are columns), bytes forms, pairs and RNG words are
-        checked as they are written (:meth:`_write_states`)."""
+        layout's states travel pickled (only the observations are columns), bytes forms, tuples, pairs and RNG words
+        are checked as they are written (:meth:`_write_states`)."""
         sim_shape, n_wrappers = c["out_sim"].shape[1:], c["out_wrappers"].shape[1]
         obs_col = c["obs"]
         for s, o in zip(states, obs):
@@ -196,7 +206,7 @@ class LaneRows:
                 return False
             if layout.pickled:
                 continue
-            if not layout.blob:
+            if not layout.blob and not layout.scalars:
                 sim: Any = s.sim
                 if type(sim) is not np.ndarray or sim.dtype != F8 or sim.shape != sim_shape:
                     return False

@@ -53,6 +53,15 @@ class UserMethodsAdapter(Adapter):
     def set_sim(self, sim: Any, extra: Any) -> None:
         self.u.set_state(sim)
 
+    def row_extra(self) -> str | None:
+        """``"none"`` when the adapter is this class's own: a state whose ``get_state`` value is a float64 array or
+        a tuple of floats, ints and bools takes the lane's rows (any other value travels pickled)."""
+        return "none" if type(self) is UserMethodsAdapter else None
+
+    def row_rng(self) -> bool:
+        """True: a user env's step may draw from its ``np_random``."""
+        return True
+
 
 register_adapter(UserMethodsAdapter)
 
