@@ -149,6 +149,7 @@ def test_a_speedup_is_the_median_of_the_ratios_of_samples_taken_in_the_same_turn
 @pytest.mark.timeout(300)
 def test_the_scale_suite_prints_efficiency_and_the_amdahl_bound() -> None:
     from plan_parallel.cli.bench.scale import bench_scale
+    from plan_parallel.workers.cores import available_cpus
 
     lines = bench_scale(1, True, 2)
     rows = [ln.split() for ln in lines if re.match(r"^\s+\d+\s+\d+\s+\d+\s", ln)]
@@ -158,6 +159,9 @@ def test_the_scale_suite_prints_efficiency_and_the_amdahl_bound() -> None:
         speedup, eff = float(r[4]), float(r[5])
         assert 0 < speedup and eff == pytest.approx(speedup / int(r[0]), abs=0.01), r
         assert float(r[6]) > 0 and float(r[7]) > 0, r  # the caller's CPU an item and a call
+        caller, workers, wall = float(r[7]) * 1e-6, float(r[8]) * 1e-6, float(r[3]) * 1e-3
+        assert workers > 0, r  # (the workers step the items: their CPU a call is never nothing)
+        assert float(r[9]) == pytest.approx((caller + workers) / (wall * available_cpus()), rel=0.05, abs=0.01), r
     amdahl = next(ln for ln in lines if ln.startswith("CartPole-v1"))
     callers, workers, bound = amdahl.split()[2:5]
     elsewhere, own_list, own_batch = (float(v) for v in callers.split("/"))  # by where the states came from

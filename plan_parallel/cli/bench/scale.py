@@ -6,8 +6,10 @@ Two tables, both with every batch on the workers (``placement="workers"``):
   with ``get_state`` / ``set_state``): its steps cost wall time and almost no CPU, so W workers could step
   W times as many items even on a machine with fewer cores; what they lose is the calling process's serial
   work. For W up to 64 and k items a worker (B = W k a call): the speedup over stepping the B items one
-  after the other here (B times an item's time inline, measured), the efficiency (speedup ÷ W), and the
-  calling process's CPU an item and a call.
+  after the other here (B times an item's time inline, measured), the efficiency (speedup ÷ W), the
+  calling process's CPU an item and a call, the workers' CPU a call, and the machine's load: all that CPU ÷
+  (wall x the cores this process may use). A load near 1 means this machine's cores, not the calling process,
+  bound the row: a sleep and a worker's wake-up cost CPU too (~20 us a sleep and ~200 us a chunk on a 2-core VM).
 * **The Amdahl bound of real envs**: CartPole B=512, Pong (RGB, frameskip 1, its screens lent to the result; and
   RAM observations) B=64 and HalfCheetah B=64 on
   ``--workers`` workers: the workers' CPU an item ÷ the caller's CPU an item is how many workers the
@@ -23,7 +25,8 @@ from typing import Any
 
 from plan_parallel.cli.bench.common import make_workload
 from plan_parallel.cli.bench.roots import SleepyWalk
-from plan_parallel.cli.bench.timing import measure
+from plan_parallel.cli.bench.timing import measure, process_cpu_seconds
+from plan_parallel.workers.cores import available_cpus
 
 __all__ = ["AMDAHL_CASES", "PAUSE", "bench_scale", "sleep_row"]
 
@@ -48,16 +51,19 @@ def sleep_row(workers: int, per_worker: int, repeats: int, item_seconds: float, 
     policy = pp.ExecutionPolicy(n_workers=workers, placement="workers")
     with pp.make(SleepyWalk, pause=PAUSE, execution=policy) as env:
         env.step_batch(actions, states)  # the workers' first chunks
-        walls, cpus = [], []
+        pids = env.pids
+        walls, cpus, worker_cpus = [], [], []
         for _ in range(repeats):
+            w0 = process_cpu_seconds(pids)
             c0, t0 = time.process_time(), time.perf_counter()
             env.step_batch(actions, states)
             walls.append(time.perf_counter() - t0)
             cpus.append(time.process_time() - c0)
-    wall, cpu = statistics.median(walls), statistics.median(cpus)
+            worker_cpus.append(process_cpu_seconds(pids) - w0)
+    wall, cpu, worker_cpu = statistics.median(walls), statistics.median(cpus), statistics.median(worker_cpus)
     speedup = n * item_seconds / wall
     return {"items": n, "wall": wall, "speedup": speedup, "eff": speedup / workers, "cpu_item": cpu / n,
-            "cpu_call": cpu}
+            "cpu_call": cpu, "workers_call": worker_cpu, "load": (cpu + worker_cpu) / (wall * available_cpus())}
 
 
 def _amdahl_row(label: str, env_id: str, kw: dict, n: int, repeats: int, workers: int) -> str:
@@ -95,15 +101,16 @@ def bench_scale(repeats: int, quick: bool, workers: int) -> list[str]:
         f"{item_seconds * 1e3:.3f} ms an item inline), k items a worker, B = W k items a call; "
         f"medians of {repeats} calls",
         "speedup: B x an item's inline time ÷ a call's wall time; eff: speedup ÷ W; caller CPU: this process's, "
-        "per item and per call",
+        f"per item and per call; workers: their CPU a call; load: all that CPU ÷ (wall x {available_cpus()} cores)",
         f"{'W':>3} {'k':>3} {'B':>5} {'call ms':>8} {'speedup':>8} {'eff':>5} {'caller us/item':>14} "
-        f"{'caller us/call':>14}",
+        f"{'caller us/call':>14} {'workers us/call':>15} {'load':>5}",
     ]
     for k in ks:
         for w in ws:
             r = sleep_row(w, k, repeats, item_seconds, states, actions)
             lines.append(f"{w:>3} {k:>3} {int(r['items']):>5} {r['wall'] * 1e3:>8.1f} {r['speedup']:>8.2f} "
-                         f"{r['eff']:>5.2f} {r['cpu_item'] * 1e6:>14.1f} {r['cpu_call'] * 1e6:>14.0f}")
+                         f"{r['eff']:>5.2f} {r['cpu_item'] * 1e6:>14.1f} {r['cpu_call'] * 1e6:>14.0f} "
+                         f"{r['workers_call'] * 1e6:>15.0f} {r['load']:>5.2f}")
     lines += [
         "",
         f"the Amdahl bound of real envs (W={workers}, every batch on the workers): CPU microseconds an item, the "
