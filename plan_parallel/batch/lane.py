@@ -174,11 +174,19 @@ class Lane:
         actions = job.actions
         pickled = form is None
         row = form or RowForm(0, 0)
-        lay = Layout("", 1 << max(6, (job.n - 1).bit_length()), row.sim, row.wrappers,
-                     (actions.dtype.str, actions.shape[1:]), self.obs_form, job.rollout.horizon if job.rollout else 0,
-                     pickled, self.state_bytes if pickled else 0, row.blob, self.pair and not pickled,
-                     0 if pickled else self.rng_words, row.scalars)
-        forms = (lay.sim, lay.wrappers, lay.action, lay.steps, lay.pickled, lay.blob, lay.scalars)
+        action, steps = (actions.dtype.str, actions.shape[1:]), job.rollout.horizon if job.rollout else 0
+        state_bytes = self.state_bytes if pickled else 0
+        forms = (row.sim, row.wrappers, action, steps, pickled, row.blob, row.scalars)
+        segment = self.segments.get(forms)
+        if segment is not None and job.n <= segment.layout.capacity and state_bytes <= segment.layout.state_bytes:
+            if segment is not self.segment:
+                with ctrl_c_deferred():  # (the most recently used last)
+                    self.segments[forms] = self.segments.pop(forms)
+                    self.segment = segment
+            return
+        lay = Layout("", 1 << max(6, (job.n - 1).bit_length()), row.sim, row.wrappers, action, self.obs_form, steps,
+                     pickled, state_bytes, row.blob, self.pair and not pickled, 0 if pickled else self.rng_words,
+                     row.scalars)
         with ctrl_c_deferred():  # the segments, the current one's layout and its columns change together
             segment = self.segments.pop(forms, None)
             if segment is None or job.n > segment.layout.capacity or lay.state_bytes > segment.layout.state_bytes:

@@ -105,12 +105,10 @@ class LaneCall:
                 ks = list(polled)
                 workers = [pool.slots[k].worker for k in ks]
                 stale = False
-            now = time.monotonic()
-            oldest = min(self.sent_at[k] for k in due)
-            first = oldest + pool.timeout if pool.timeout else None
-            due_at = oldest + expected
-            woken = pool.worker_type.wait_any(workers, None if first is None else max(0.0, first - now), pool.wake_fd,
-                                              max(due_at - now, expected))
+            left = None  # (seconds until the oldest header's timeout)
+            if pool.timeout:
+                left = max(0.0, min(self.sent_at[k] for k in due) + pool.timeout - time.monotonic())
+            woken = pool.worker_type.wait_any(workers, left, pool.wake_fd, expected)
             if pool.closing:
                 raise ClosedError("the env was closed while this batch was in flight")
             for j in woken:
@@ -140,10 +138,11 @@ class LaneCall:
                     pool.wait_started(k)
                     self._send(k, due[k])
                     stale = True
-            now = time.monotonic()
-            for k in due:
-                if pool.timeout is not None and now > self.sent_at[k] + pool.timeout:
-                    self._time_out(k, due[k])
+            if pool.timeout is not None:
+                now = time.monotonic()
+                for k in due:
+                    if now > self.sent_at[k] + pool.timeout:
+                        self._time_out(k, due[k])
         return replies
 
     def _tail(self, rows: tuple[int, int]) -> bytes:

@@ -114,9 +114,13 @@ def _write_from_sources(cols: dict[str, np.ndarray], states: Any, kind: str, lay
 
 
 def _copy_rows(cols: dict[str, np.ndarray], where: Any, columns: StateColumns, picked: Any) -> None:
-    """Write rows ``picked`` of a result's ``columns`` into the input rows ``where`` of ``cols``."""
+    """Write rows ``picked`` of a result's ``columns`` into the input rows ``where`` of ``cols`` (into a slice of
+    rows: gathered straight into them, one copy, where ``col[picked]`` would copy twice)."""
     for stem, col in columns.fields.items():
-        cols["in_" + stem][where] = col[picked]
+        if type(where) is slice and type(picked) is np.ndarray:
+            np.take(col, picked, axis=0, out=cols["in_" + stem][where], mode="clip")  # (rows in range: no clip)
+        else:
+            cols["in_" + stem][where] = col[picked]
 
 
 def _write_fields(cols: dict[str, np.ndarray], states: Any, layout: Layout) -> list[Any] | None:
