@@ -210,8 +210,8 @@ def test_by_default_a_watcher_never_sees_the_calling_threads_affinity_change() -
 def test_a_thread_waiting_for_replies_leaves_the_core_of_a_worker_in_flight() -> None:
     with pp.make(SlowEnv, n_workers=2, execution=MOVING, delay=0.2) as env:
         state, _, _ = env.reset(seed=0)
-        with _masks_while_waiting() as seen:
-            env.step_batch(np.zeros(2, dtype=np.int64), [state] * 2)
+        with _masks_while_waiting() as seen:  # (8 items: a chunk a worker on the lane too, whose chunks hold >= 4)
+            env.step_batch(np.zeros(8, dtype=np.int64), [state] * 8)
             after = os.sched_getaffinity(0)
     assert any(len(mask) == 1 for mask in seen)  # both workers ran: it waited on one core, the other worker's
     assert after == set(ALLOWED[:2])  # and it has its cores back
@@ -223,7 +223,7 @@ def test_a_wait_cut_short_gives_the_thread_its_cores_back() -> None:
         state, _, _ = env.reset(seed=0)
         with _masks_while_waiting() as seen:
             with pytest.raises(Hang):
-                call_with_deadline(lambda: env.step_batch(np.zeros(2, dtype=np.int64), [state] * 2), 0.2)
+                call_with_deadline(lambda: env.step_batch(np.zeros(8, dtype=np.int64), [state] * 8), 0.2)
             after = os.sched_getaffinity(0)
     assert any(len(mask) == 1 for mask in seen)
     assert after == set(ALLOWED[:2])

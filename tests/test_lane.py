@@ -428,6 +428,18 @@ def test_which_families_declare_a_fixed_row(env_id: Any, row: str | None, rng: b
 
 
 @pytest.mark.timeout(120)
+@pytest.mark.parametrize("spec", ["CartPole-v1", CounterEnv], ids=env_name)
+def test_the_state_a_reset_returns_takes_the_lane_and_equals_inline(spec: Any) -> None:
+    """A worker's env made it (``BatchEnv.reset``): the first call from it takes the lane, as a result's states do."""
+    with make_env(spec, backend="inline") as ref, make_env(spec, execution=on_workers(2)) as env:
+        s, r = env.reset(seed=5)[0], ref.reset(seed=5)[0]
+        acts = np.array([0, 1, 2, 1, 0, 1, 0, 1]) % ref.action_space.n
+        got, want = env.step_batch(acts, [s] * 8, dt=2), ref.step_batch(acts, [r] * 8, dt=2)
+        assert_batches_equal(got, want)
+        assert env.stats["lane_batches"] == 1 == env.stats["batches"]
+
+
+@pytest.mark.timeout(120)
 def test_a_lane_batch_of_states_given_to_an_env_of_another_kind_fails_as_inline() -> None:
     """A StateBatch read as columns is checked for its kind as a list is: the same StateError as inline."""
     with pp.make("CartPole-v1", execution=on_workers(2)) as env, pp.make("Acrobot-v1", execution=on_workers(2)) as other, \

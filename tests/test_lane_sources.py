@@ -24,13 +24,15 @@ B = 16
 
 
 def results(env: Any, ref: Any, calls: int) -> tuple[list[Any], list[Any]]:
-    """The states of ``calls`` successive lane calls of ``env`` and of the same calls inline (``ref``)."""
+    """The states of ``calls`` successive calls of ``env`` and of the same calls inline (``ref``): the first seeded
+    (the general path: the lane takes no seeds), the others lane calls."""
     rng = np.random.default_rng(1)
     got, want = [env.reset(seed=0)[0]] * B, [ref.reset(seed=0)[0]] * B
     got_all, want_all = [], []
-    for _ in range(calls):
+    for k in range(calls):
         acts = rng.integers(0, 2, B)
-        got, want = env.step_batch(acts, got).states, ref.step_batch(acts, want).states
+        seeds = np.arange(B) if k == 0 else None
+        got, want = env.step_batch(acts, got, seeds=seeds).states, ref.step_batch(acts, want, seeds=seeds).states
         got_all.append(got)
         want_all.append(want)
     return got_all, want_all
@@ -68,7 +70,7 @@ def test_states_read_from_lane_results_step_as_inline(sources: Any, edit: str) -
     with pp.make("CartPole-v1", execution=on_workers(2)) as env, pp.make("CartPole-v1", backend="inline") as ref:
         n = sources if isinstance(sources, int) else 2
         got_all, want_all = results(env, ref, n + 1)
-        # (the first call learns the layout on the general path: its states are made otherwise)
+        # (the first call ran on the general path: its states are made otherwise)
         first, first_want = got_all.pop(0), want_all.pop(0)
         assert first.columns is None and all(b.columns is not None for b in got_all), "the lane made these results"
         where = pick(got_all, rng)

@@ -74,7 +74,7 @@ def test_the_regions_grow_when_a_call_brings_larger_states_and_every_call_equals
         lane = batch_engine_of(env).placement.lane
         acts = np.arange(8) % 6
         start, start_ref = env.reset(seed=0)[0], ref.reset(seed=0)[0]
-        for _ in range(2):  # (the first on the general path: the workers check the reset's state)
+        for _ in range(2):  # (two calls of one state, packed once a chunk)
             first, want = env.step_batch(acts, [start] * 8), ref.step_batch(acts, [start_ref] * 8)
             assert_batches_equal(first, want)
         blob = len(start.sim_blob())
@@ -87,4 +87,4 @@ def test_the_regions_grow_when_a_call_brings_larger_states_and_every_call_equals
         want_rollout = ref.rollout_batch(want_states, np.tile(acts[:, None], 3))
         assert list(got.states) == list(want_rollout.states) and np.array_equal(got.rewards, want_rollout.rewards)
         assert np.array_equal(got.observations, want_rollout.observations)
-        assert env.stats["lane_batches"] == 4 and env.stats["batches"] == 5
+        assert env.stats["lane_batches"] == 5 and env.stats["batches"] == 5

@@ -36,6 +36,7 @@ from plan_parallel.errors import ClosedError, StateError
 from plan_parallel.inputs import check_dt, check_kind, check_seed
 from plan_parallel.results import RolloutBatch, StepBatch, step_batch_of, writable_observation
 from plan_parallel.state import State, StateBatch
+from plan_parallel.state.state_value import mark_checked
 from plan_parallel.wire.codec import Job
 from plan_parallel.wire.messages import Op
 from plan_parallel.workers.backends import HostSettings, select_backend
@@ -260,6 +261,7 @@ class BatchEnv:
         # Without a seed, the current state goes with the call (a replacement of worker 0 replays it too).
         current = dumps(self._state) if seed is None and self._state is not None else None
         state, obs, info = call_one(self._pool, 0, Op.RESET, (seed, options, current))
+        mark_checked([state], self._pool.feeder.trust)  # a worker's env made it: the lane takes it as a result's
         self._pool.slots[0].held = state
         self._set_current(state)
         return state, writable_observation(obs), info

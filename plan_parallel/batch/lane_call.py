@@ -111,6 +111,7 @@ class LaneCall:
             woken = pool.worker_type.wait_any(workers, left, pool.wake_fd, expected)
             if pool.closing:
                 raise ClosedError("the env was closed while this batch was in flight")
+            replaced = False  # (this turn waited for a replacement: the others' replies came meanwhile, unread)
             for j in woken:
                 k = ks[j]
                 if k not in due:  # done with this call: its death (it is replaced) or a stray reply woke it
@@ -137,8 +138,8 @@ class LaneCall:
                         lent.lease.writer_done(killed=True)
                     pool.wait_started(k)
                     self._send(k, due[k])
-                    stale = True
-            if pool.timeout is not None:
+                    stale = replaced = True
+            if pool.timeout is not None and not replaced:  # (else the next turn reads what came first)
                 now = time.monotonic()
                 for k in due:
                     if now > self.sent_at[k] + pool.timeout:
@@ -171,7 +172,7 @@ class LaneCall:
         with ctrl_c_deferred():  # a header written is a header due (and a writer of the lent slab)
             if lent is not None:
                 lent.lease.add_writer()
-            slot.lane_due = (call_id, rows[0], rows[1] - rows[0])
+            slot.lane_due = (call_id, rows[0], rows[1] - rows[0], self.op)
             try:
                 slot.worker.send(header)
             except OSError:

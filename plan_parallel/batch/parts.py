@@ -75,7 +75,8 @@ class Slot:
     table: Table | None = None  # the states it holds for the chunks (wire.held); None: it holds none
     started_at: float = 0.0
     build_seconds: float = 0.0  # how long this slot's last worker took to build its env (0: none has yet)
-    lane_due: tuple[int, int, int] | None = None  # a lane header it has not answered: (call id, lo, n) (batch.lane)
+    lane_due: tuple[int, int, int, str] | None = None  # a lane header it has not answered: (call id, lo, n, op)
+    awaited: bool = False  # a lane call waits for this worker (a replacement) to build its env
 
     @property
     def worker(self) -> Worker:
@@ -88,12 +89,21 @@ class Slot:
         """Something is due from this worker: its READY reply, or an answer to its queue's head."""
         return self.state is SlotState.STARTING or (self.state is SlotState.READY and bool(self.queue))
 
+    def doing(self) -> str:
+        """What the worker was doing, for its death's message: the parts it had, a lane call's header it had not
+        answered, or nothing ("while idle", "while building its env")."""
+        doing = ", ".join(p.describe() for p in self.queue)
+        if not doing and self.lane_due is not None:
+            doing = f"{self.lane_due[3]} ({self.lane_due[2]} items)"
+        return f"during {doing}" if doing else "while idle" if self.state is SlotState.READY else \
+            "while building its env"
+
     def start_limit(self, timeout: float | None) -> float:
         """Seconds this worker may take to build its env: :data:`START_TIMEOUT`; or, when the env has a
         ``timeout`` and a call waits for this worker (a replacement), the longer of that timeout and twice
         the time the slot's last worker took to build it (a replacement that cannot start fails the call
         within its timeout; one as slow to build as the first did is waited for)."""
-        if timeout is None or not self.queue:
+        if timeout is None or not (self.queue or self.awaited):
             return START_TIMEOUT
         return min(START_TIMEOUT, max(timeout, 2 * self.build_seconds))
 

@@ -212,10 +212,16 @@ class WorkerPool:
         return [i for i, s in enumerate(self.slots) if s.state is SlotState.READY]
 
     def wait_started(self, i: int) -> None:
-        """Wait until worker ``i`` (a replacement) has built its env, handling what else arrives meanwhile."""
-        while self.slots[i].state is SlotState.STARTING:
-            self.check_usable()  # (closed meanwhile: the pump fails what waits and returns at once)
-            self._pump(1.0)
+        """Wait until worker ``i`` (a replacement a call waits for: :meth:`Slot.start_limit`) has built its env,
+        handling what else arrives meanwhile."""
+        slot = self.slots[i]
+        slot.awaited = True
+        try:
+            while slot.state is SlotState.STARTING:
+                self.check_usable()  # (closed meanwhile: the pump fails what waits and returns at once)
+                self._pump(1.0)
+        finally:
+            slot.awaited = False
         self.check_usable()
 
     # ------------------------------------------------------------------ waiting
@@ -354,12 +360,10 @@ class WorkerPool:
     def on_death(self, i: int, why: str) -> None:
         """Worker ``i`` is gone: queue its parts again and replace it (bounded by max_restarts)."""
         slot = self.slots[i]
-        doing = ", ".join(p.describe() for p in slot.queue)
-        what = f" during {doing}" if doing else " while idle" if slot.state is SlotState.READY else \
-            " while building its env"
+        what = slot.doing()
         self._retire(i, kill=False)
         used = self.stats["restarts"]
-        msg = f"{slot.worker.name} {why}{what}"
+        msg = f"{slot.worker.name} {why} {what}"
         if self.info is None:
             self._break(msg + slot.worker.bootstrap_hint)
         if used >= self.max_restarts:
