@@ -22,7 +22,7 @@ from plan_parallel.wire.held import NOT_HELD, Table
 from plan_parallel.wire.leases import Lease, LeasePool, row_layout
 from plan_parallel.wire.messages import Call, ChunkReply, Op, call_wire
 from plan_parallel.wire.slabs import Slab, SlabPool, read_columns
-from plan_parallel.workers.cores import current_core, feed_order
+from plan_parallel.workers.cores import pinned_order
 
 __all__ = ["QUEUED_PER_WORKER", "Feeder"]
 
@@ -97,17 +97,15 @@ class Feeder:
     def fill(self, slots: list[Slot], next_id: Callable[[], int]) -> None:
         """Queue unsent chunks, oldest batch first, round-robin, up to QUEUED_PER_WORKER per live worker.
 
-        Round-robin from the worker :func:`~plan_parallel.workers.cores.feed_order` puts first, unless
+        Round-robin from the worker :func:`~plan_parallel.workers.cores.pinned_order` puts first, unless
         a batch's items have keys (a vector env's): those go to the workers in index order, step after
         step, for each worker keeps envs at its items' states (:mod:`plan_parallel.workers.kept_envs`).
         """
         if not self.waiting:  # (the pool fills at every pump: most find nothing to send)
             return
         order: Sequence[int] = range(len(slots))
-        cores = [s.worker.core for s in slots]
-        if any(c is not None for c in cores) and not any(f.job is not None and f.job.keys is not None
-                                                           for f in self.waiting):
-            order = feed_order(cores, current_core())  # (pinned workers only: the policy's pin_workers)
+        if not any(f.job is not None and f.job.keys is not None for f in self.waiting):
+            order = pinned_order([s.worker.core for s in slots])
         for _ in range(QUEUED_PER_WORKER):
             for i in order:
                 slot = slots[i]

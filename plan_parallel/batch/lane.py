@@ -50,7 +50,7 @@ from plan_parallel.wire.lane import (
 )
 from plan_parallel.wire.leases import row_layout
 from plan_parallel.wire.messages import WorkerInfo, reraise
-from plan_parallel.workers.cores import current_core, feed_order
+from plan_parallel.workers.cores import pinned_order
 
 __all__ = ["MAX_PICKLED_OBS_BYTES", "MAX_ROWS", "MIN_ROWS_PER_WORKER", "WAKE_SECONDS", "Lane"]
 
@@ -153,9 +153,7 @@ class Lane:
             ready = pool.ready_idle()
             if not ready:
                 return None
-            cores = [pool.slots[k].worker.core for k in ready]
-            if any(c is not None for c in cores):  # (pinned workers only: the first chunk to a core not this thread's)
-                ready = [ready[j] for j in feed_order(cores, current_core())]
+            ready = [ready[j] for j in pinned_order([pool.slots[k].worker.core for k in ready])]
             inputs = self._write_inputs(job)
             if inputs is None:
                 return None

@@ -206,10 +206,10 @@ def read_row_states(cols: dict[str, np.ndarray], n: int, kind: str, rngs: list[A
     # here would stay tracked by the garbage collector, whose passes then cost more than the lists)
     columns = StateColumns(kind, fields, None if layout.rng else rngs, trust, layout.scalars)
     floats = fields["extra_f"].tolist() if layout.pair else None
-    blobs, sims, words = fields.get("blob"), fields.get("sim"), fields.get("rng")
-    scalars = fields.get("scalars", np.empty((0, 1), np.uint8))
-    unpack, size, packed = (scalar_struct(layout.scalars).unpack_from if layout.scalars else None), scalars.shape[1], (
-        scalars.tobytes())
+    blobs, sims, words, scalars = fields.get("blob"), fields.get("sim"), fields.get("rng"), fields.get("scalars")
+    unpack, packed, width = None, memoryview(b""), 0
+    if scalars is not None:  # (each tuple unpacked from its row of the read-only copy, when its state is made)
+        unpack, packed, width = scalar_struct(layout.scalars).unpack_from, scalars.data, scalars.shape[1]
 
     def make(k: int) -> State:
         extra = (extras[k], floats[k]) if floats is not None else decode_extra(extras[k])
@@ -218,7 +218,7 @@ def read_row_states(cols: dict[str, np.ndarray], n: int, kind: str, rngs: list[A
         if blobs is not None:
             state = State.from_blob(kind, RowBytes(blobs, k), extra, rng, wrappers, None, trust, frozen=True)
         elif unpack is not None:
-            state = State.of_frozen(kind, unpack(packed, k * size), extra, rng, wrappers, None, trust)
+            state = State.of_frozen(kind, unpack(packed, k * width), extra, rng, wrappers, None, trust)
         else:
             state = State.of_frozen(kind, sims[k], extra, rng, wrappers, None, trust)  # type: ignore[index]
         state.source_row = (columns, k, extra, rng, wrappers)

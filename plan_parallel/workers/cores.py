@@ -15,7 +15,7 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["ENV_WORKERS", "available_cpus", "check_pin_workers", "current_core", "feed_order", "move_off",
+__all__ = ["ENV_WORKERS", "available_cpus", "check_pin_workers", "current_core", "feed_order", "move_off", "pinned_order",
            "restore_cores", "run_on", "worker_cores"]
 
 #: The environment variable that sets the default worker count (a positive integer).
@@ -100,6 +100,14 @@ def feed_order(cores: Sequence[int | None], here: int | None) -> list[int]:
     if here is None:
         return order
     return sorted(order, key=lambda i: cores[i] == here)
+
+
+def pinned_order(cores: Sequence[int | None]) -> list[int]:
+    """:func:`feed_order` from the core this thread runs on now, for workers kept on ``cores``; index order when
+    none is kept on one (the policy's ``pin_workers`` off: no core to ask about)."""
+    if all(c is None for c in cores):
+        return list(range(len(cores)))
+    return feed_order(cores, current_core())
 
 
 def move_off(busy: set[int]) -> None:
