@@ -116,7 +116,9 @@ class LaneRows:
             sims = list(wire.scalar_struct(layout.scalars).iter_unpack(c["in_scalars"][lo:hi].tobytes()))
         else:
             sims = c["in_sim"][lo:hi].copy()
-        return [State.captured(kind, sims[k], pairs[k], rngs[k], tuple(wrappers[k]), None, None) for k in range(n)]
+            sims.setflags(write=False)  # (each state's value a row of it, read-only: the states' parts are frozen)
+        made = State.of_frozen  # (their extras, tuples of scalars and wrapper counters are ints, floats and None)
+        return [made(kind, sims[k], pairs[k], rngs[k], tuple(wrappers[k]), None, None) for k in range(n)]
 
     def _lent_rows(self, layout: wire.Layout, name: str, size: int, lo: int, n: int) -> np.ndarray | None:
         """Rows lo..lo+n of the slab lent to the call's observations (None: the header names none)."""
@@ -183,7 +185,10 @@ class LaneRows:
             c["out_extra"][lo:hi] = [p[0] for p in pairs]  # type: ignore[index]
             c["out_extra_f"][lo:hi] = [p[1] for p in pairs]  # type: ignore[index]
         else:
-            c["out_extra"][lo:hi] = [wire.encode_extra(s.extra) for s in states]
+            extras = [wire.encode_extra(s.extra) for s in states]
+            if None in extras:
+                return False
+            c["out_extra"][lo:hi] = extras
         if layout.rng:
             words = [wire.rng_words(s.rng) for s in states]
             if None in words:
@@ -195,23 +200,20 @@ class LaneRows:
 
     @staticmethod
     def _fits(c: dict[str, np.ndarray], layout: wire.Layout, states: list[State], obs: list) -> bool:
-        """Whether the results' observations, and their states' arrays, extras and wrapper counters, fit the
-        columns ``c`` of ``layout`` exactly (else the caller runs the call on the general path); a pickled
-        layout's states travel pickled (only the observations are columns), bytes forms, tuples, pairs and RNG words
-        are checked as they are written (:meth:`_write_states`)."""
-        sim_shape, n_wrappers = c["out_sim"].shape[1:], c["out_wrappers"].shape[1]
+        """Whether the results' observations, and their states' arrays and wrapper counters, fit the columns ``c``
+        of ``layout`` exactly (else the caller runs the call on the general path): what a write into a column would
+        cast or broadcast. A pickled layout's states travel pickled (only the observations are columns); bytes
+        forms, tuples, extras, pairs and RNG words are checked as they are written (:meth:`_write_states`)."""
         obs_col = c["obs"]
-        for s, o in zip(states, obs):
-            if type(o) is not np.ndarray or o.dtype != obs_col.dtype or o.shape != obs_col.shape[1:]:
+        dtype, shape = obs_col.dtype, obs_col.shape[1:]
+        if not all(type(o) is np.ndarray and o.dtype == dtype and o.shape == shape for o in obs):
+            return False
+        if layout.pickled:
+            return True
+        if not layout.blob and not layout.scalars:
+            sim_shape = c["out_sim"].shape[1:]
+            if not all(type(sim := s.sim) is np.ndarray and sim.dtype == F8 and sim.shape == sim_shape for s in states):
                 return False
-            if layout.pickled:
-                continue
-            if not layout.blob and not layout.scalars:
-                sim: Any = s.sim
-                if type(sim) is not np.ndarray or sim.dtype != F8 or sim.shape != sim_shape:
-                    return False
-            if not layout.pair and wire.encode_extra(s.extra) is None:
-                return False
-            if len(s.wrappers) != n_wrappers or any(type(v) is not int for v in s.wrappers):
-                return False
-        return True
+        n_wrappers = c["out_wrappers"].shape[1]
+        wrappers = [s.wrappers for s in states]
+        return all(len(w) == n_wrappers for w in wrappers) and all(type(v) is int for w in wrappers for v in w)
