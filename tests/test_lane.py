@@ -37,12 +37,14 @@ from tests.helpers import assert_batches_equal
 from tests.test_interrupts import Interrupt, InterruptAtLine
 
 # Rows: classic control and MuJoCo (float64 arrays); ALE (a state's bytes, the sticky pair and its RNG as words:
-# sticky actions draw), with RAM observations (small rows) and with screens (100 KB: lent to the result).
+# sticky actions draw), with RAM observations (small rows) and with screens (100 KB). ALE results are lent (a slab of
+# their own, wire.leases) when a call's screens, or its states' 7.7 KB rows, reach 128 KB: 2 screens, 17 states.
 # User envs whose steps draw from their RNG (its words in the rows): a tuple of ints and a float (one with numpy
 # infos), a float64 array.
-LENT_ENVS: list[Any] = [("ALE/Pong-v5", {"frameskip": 1})]
-ROW_ENVS: list[Any] = ["CartPole-v1", "Acrobot-v1", "MountainCar-v0", "HalfCheetah-v5", "Hopper-v5",
-                       ("ALE/Pong-v5", {"obs_type": "ram"}), *LENT_ENVS, CounterEnv, NumpyInfoEnv, FlatStateEnv]
+SCREEN_ENV: Any = ("ALE/Pong-v5", {"frameskip": 1})
+LENT_ENVS: list[Any] = [("ALE/Pong-v5", {"obs_type": "ram"}), SCREEN_ENV]
+ROW_ENVS: list[Any] = ["CartPole-v1", "Acrobot-v1", "MountainCar-v0", "HalfCheetah-v5", "Hopper-v5", *LENT_ENVS,
+                       CounterEnv, NumpyInfoEnv, FlatStateEnv]
 # States pickled: an extra that is a float; a float32 state; a user env's tuple holding an array.
 PICKLED_ENVS: list[Any] = ["Pendulum-v1", "MountainCarContinuous-v0", ArrayStateEnv]
 GENERAL_ENVS: list[Any] = ["FrozenLake-v1"]  # a Discrete observation
@@ -119,7 +121,7 @@ def test_every_call_equals_inline_with_the_lane_on_or_off(spec: Any, n_workers: 
         if lane and spec not in GENERAL_ENVS:
             assert took >= 20, f"the lane took {took} of {env.stats['batches']} calls"
             assert layout_pickled(env) is (spec in PICKLED_ENVS)
-            # (a batch of one screen is copied: a lease costs more than its copy)
+            # (a batch of one screen, or of 16 ALE states, is copied: a lease costs more than its copy)
             assert (env.stats["lent_batches"] >= 10) is (spec in LENT_ENVS)
         else:
             assert took == 0
@@ -138,7 +140,7 @@ def assert_rollouts_equal(got: Any, want: Any) -> None:
 @pytest.mark.parametrize("lane", [True, False], ids=["lane", "no-lane"])
 @pytest.mark.parametrize("n_workers", [1, 2, 3])
 @pytest.mark.parametrize("spec", ["CartPole-v1", "HalfCheetah-v5", "Pendulum-v1", ArrayStateEnv, CounterEnv,
-                                  ("ALE/Pong-v5", {"obs_type": "ram"}), *LENT_ENVS], ids=env_name)
+                                  *LENT_ENVS], ids=env_name)
 def test_every_rollout_equals_inline_with_the_lane_on_or_off(spec: Any, n_workers: int, lane: bool) -> None:
     """Rollouts of given actions (the planners' kind): from subsets of the last call's states, or from the
     whole batch as it came; a policy's rollouts and return_all take the general path, equal all the same."""
@@ -307,14 +309,16 @@ def test_a_lane_call_past_its_timeout_raises_and_the_env_stays_exact() -> None:
 
 
 @pytest.mark.timeout(600)
-@pytest.mark.parametrize("spec,chunked", [("CartPole-v1", False), (ArrayStateEnv, False), ("CartPole-v1", True),
-                                         (LENT_ENVS[0], False), (CounterEnv, False)],
-                         ids=["rows", "pickled", "chunks-handed-out", "ale-rows-lent-screens", "user-tuple-rows"])
-def test_an_interrupt_at_every_line_of_a_lane_call_leaves_the_env_exact(spec: Any, chunked: bool) -> None:
+@pytest.mark.parametrize("spec,chunked,sizes", [("CartPole-v1", False, (4, 12)), (ArrayStateEnv, False, (4, 12)),
+                                               ("CartPole-v1", True, (64, 65)), (SCREEN_ENV, False, (18, 24)),
+                                               (CounterEnv, False, (4, 12))],
+                         ids=["rows", "pickled", "chunks-handed-out", "ale-rows-lent", "user-tuple-rows"])
+def test_an_interrupt_at_every_line_of_a_lane_call_leaves_the_env_exact(spec: Any, chunked: bool,
+                                                                         sizes: tuple[int, int]) -> None:
     """KeyboardInterrupt at the first event of every line of plan_parallel a lane call reaches (where SIGINT is
     not held back), each in its own call; then two calls equal the oracle's. States as rows, or pickled; and
     calls long enough that the tuner splits them in more chunks than workers (handed out as workers finish); ALE
-    states as rows, their screens lent to the result."""
+    states as rows, their screens and state columns lent to the result (calls of ``sizes`` items)."""
     rng = np.random.default_rng(3)
     policy = pp.ExecutionPolicy(n_workers=2, placement="workers") if chunked else on_workers(2, lane=True)
     with make_env(spec, backend="inline") as ref, make_env(spec, execution=policy, max_restarts=1000) as env:
@@ -323,7 +327,7 @@ def test_an_interrupt_at_every_line_of_a_lane_call_leaves_the_env_exact(spec: An
 
         def case() -> tuple[Any, Any, Any]:
             """A call, the oracle's, and how to compare their results (a step's or a rollout's)."""
-            n = 64 if chunked else int(rng.integers(4, 12))
+            n = int(rng.integers(*sizes))
             states = [starts[int(k)] for k in rng.integers(0, len(starts), n)]
             dt = int(rng.integers(150, 200)) if chunked else int(rng.integers(1, 4))
             if rng.random() < 0.5:
@@ -358,6 +362,8 @@ def test_an_interrupt_at_every_line_of_a_lane_call_leaves_the_env_exact(spec: An
         in_lane = [n for f, n in seen if f.endswith((os.path.join("batch", "lane.py"), os.path.join("batch", "lane_call.py")))]
         assert len(in_lane) >= 30, f"{len(in_lane)} lines of the lane's call interrupted it"
         assert env.stats["restarts"] == 0, "interrupts are not deaths"
+        if spec is SCREEN_ENV:  # (its results' state columns are rows of the slab lent to them, not copies)
+            assert not case()[0]().states.columns.fields["blob"].flags.owndata
 
 
 @pytest.mark.timeout(120)
@@ -383,7 +389,7 @@ def test_a_reply_to_another_call_is_dropped_and_counted() -> None:
         env.step_batch(acts, [s] * 4)  # the segment exists, the states are trusted
         engine = batch_engine_of(env)
         lane, worker = engine.placement.lane, engine.pool.slots[0].worker
-        worker.send(HEADER.pack(TAG, 10**12, 0, 2, 1, 0, len(lane.key), 0, 0) + lane.key)  # a call no one waits for
+        worker.send(HEADER.pack(TAG, 10**12, 0, 2, 1, 0, len(lane.key), 0, 0, -1, -1, 0) + lane.key)  # a call no one waits for
         replied = select.poll()
         replied.register(worker.handles()[0], select.POLLIN)
         assert replied.poll(10_000), "the worker answered the header"
@@ -402,7 +408,7 @@ def test_an_env_error_in_a_lane_serve_travels_with_its_item() -> None:
         job = step_job(env.action_space, env.kind, env.reseedable, lambda: s, np.array([0, 1]), [s, s], 1, None)
         lane._write_inputs(job)
         lane.cols["actions"][1] = 5
-        reply = server.lane.serve(HEADER.pack(TAG, 3, 0, 2, 1, 0, len(lane.key), 0, 0) + lane.key)
+        reply = server.lane.serve(HEADER.pack(TAG, 3, 0, 2, 1, 0, len(lane.key), 0, 0, -1, -1, 0) + lane.key)
         _, call_id, status, _ = REPLY.unpack_from(reply)
         exc, _, item = pickle.loads(reply[REPLY.size:])
         assert (call_id, status, type(exc), item) == (3, ERROR, AssertionError, 1)

@@ -180,6 +180,37 @@ def test_a_slab_returns_once_both_its_views_and_its_writers_are_gone() -> None:
         pool.close()
 
 
+@pytest.mark.timeout(180)
+def test_lent_ale_states_never_change_while_held_and_their_slab_returns_when_freed() -> None:
+    """A lane call of 17 or more ALE states (Pong with RAM observations: only its states are large, 7.7 KB each)
+    lends their columns to the result. A state kept alone, its batch dropped, keeps its bytes and steps as its
+    inline twin through 30 later calls whose dropped results' slabs are reused; freed, its slab is reused too."""
+    kw = {"obs_type": "ram", "frameskip": 1}
+    policy = pp.ExecutionPolicy(n_workers=2, placement="workers")
+    with pp.make("ALE/Pong-v5", backend="inline", **kw) as ref, pp.make("ALE/Pong-v5", execution=policy, **kw) as env:
+        acts = np.arange(20) % 6
+        s, r = env.reset(seed=3)[0], ref.reset(seed=3)[0]
+        got, want = env.step_batch(acts, [s] * 20), ref.step_batch(acts, [r] * 20)
+        assert env.stats["lent_batches"] == 1 and not got.states.columns.fields["blob"].flags.owndata
+        lone, lone_want = got.states[7], want.states[7]
+        del got
+        env.step_batch(acts, [s] * 20)
+        gc.collect()
+        segments = len(shm_segments())
+        for _ in range(30):
+            env.step_batch(acts, [lone] * 20)
+        assert len(shm_segments()) <= segments + 1, "a slab nobody holds was not reused"
+        assert lone.diff(lone_want) == [] and lone.sim_blob() == lone_want.sim_blob()
+        assert_batches_equal(env.step_batch(acts, [lone] * 20), ref.step_batch(acts, [lone_want] * 20))
+        lent = env.stats["lent_batches"]
+        del lone
+        gc.collect()
+        for _ in range(10):
+            env.step_batch(acts, [s] * 20)
+        assert len(shm_segments()) <= segments + 1, "the freed state's slab was not reused"
+        assert env.stats["lent_batches"] - lent == 10
+
+
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("where", ["workers", "share"])
 @pytest.mark.parametrize("return_all", [False, True], ids=["final", "return_all"])

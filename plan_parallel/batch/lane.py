@@ -8,9 +8,10 @@ header naming the rows of a chunk (the next chunk goes to whichever worker answe
 are read from the output columns. States whose family fits a fixed row
 (:meth:`~plan_parallel.state.Adapter.row_extra`) are columns too; any other states travel pickled in the
 headers and replies, when an observation is small enough (:data:`MAX_PICKLED_OBS_BYTES`). A call's observations
-large enough to lend (ALE's screens) are written by the workers into a slab lent to its result
-(:mod:`plan_parallel.wire.leases`), not into the segment. No chunk, part, codec, future or gather is made;
-the items run through the workers' engine, so the results equal the general path's (and the inline backend's).
+large enough to lend (ALE's screens), and the result states' columns when theirs are (ALE's 7.7 KB a state), are
+written by the workers into a slab lent to its result (:mod:`plan_parallel.wire.leases`), not into the segment.
+No chunk, part, codec, future or gather is made; the items run through the workers' engine, so the results equal
+the general path's (and the inline backend's).
 
 The headers, the wait for the replies, a death's resend and a timeout are one call's traffic
 (:class:`~plan_parallel.batch.lane_call.LaneCall`): what the pool guarantees holds there too, under its lock
@@ -39,6 +40,7 @@ from plan_parallel.state.state_value import checked_by
 from plan_parallel.wire.codec import Job, split_by_cost
 from plan_parallel.wire.columns import state_maker
 from plan_parallel.wire.lane import (
+    ALIGN,
     ERROR,
     FULL,
     INFOS,
@@ -48,7 +50,7 @@ from plan_parallel.wire.lane import (
     Layout,
     unpack_states_tail,
 )
-from plan_parallel.wire.leases import row_layout
+from plan_parallel.wire.leases import LEND_MIN_BYTES, row_layout
 from plan_parallel.wire.messages import WorkerInfo, reraise
 from plan_parallel.workers.cores import pinned_order
 
@@ -222,14 +224,24 @@ class Lane:
         return Inputs(rngs, None if rngs is not None else list(states))
 
     def _lend(self, n: int) -> Lent | None:
-        """A slab lent to ``n`` observations when they are large enough (:func:`~plan_parallel.wire.leases.row_layout`:
-        a copy out of the segment would cost more than the lease), or None: they go to the segment."""
+        """A slab lent to the results of ``n`` items: their observations when they are large enough
+        (:func:`~plan_parallel.wire.leases.row_layout`: a copy out of the segment would cost more than the lease),
+        and a row layout's state columns when theirs are (an ALE state is 7.7 KB); None: both go to the segment."""
         form = row_layout(self.observation_space, n)
-        if form is None:
+        layout = self.layout
+        assert layout is not None
+        states_bytes = 0 if layout.pickled else layout.state_columns_bytes(n)
+        if states_bytes < LEND_MIN_BYTES:
+            states_bytes = 0
+        if form is None and not states_bytes:
             return None
-        dtype, shape = form
-        lease = self.pool.feeder.leases.lease(math.prod(shape) * dtype.itemsize)
-        return Lent(lease, lease.array(dtype, shape), lease.slab.name.encode("ascii"))
+        obs_bytes = 0 if form is None else -(-math.prod(form[1]) * form[0].itemsize // ALIGN) * ALIGN
+        lease = self.pool.feeder.leases.lease(obs_bytes + states_bytes)
+        buf = lease.view(obs_bytes + states_bytes)
+        observations = None if form is None else buf[:math.prod(form[1]) * form[0].itemsize].view(form[0]).reshape(form[1])
+        columns = layout.state_columns(buf, obs_bytes, n) if states_bytes else None
+        return Lent(lease, observations, columns, lease.slab.name.encode("ascii"), 0 if form else -1,
+                    obs_bytes if states_bytes else -1, n)
 
     # ------------------------------------------------------------------ the call
     def _call(self, job: Job, ready: list[int], step_seconds: float, n_chunks: int,
@@ -266,7 +278,7 @@ class Lane:
         segment = self.segment
         assert segment is not None
         n, c = job.n, segment.cols
-        observations = c["obs"][:n].copy() if lent is None else lent.observations
+        observations = c["obs"][:n].copy() if lent is None or lent.observations is None else lent.observations
         observations.flags.writeable = False
         steps = c["n_steps"][:n].tolist()
         rollout = job.rollout is not None
@@ -285,7 +297,8 @@ class Lane:
                         info["n_steps"] = k
                 infos[lo:lo + len(got)] = got
         states = (StateBatch(n, parts, observations) if rngs is None
-                  else read_row_states(c, n, self.kind, rngs, observations, self.trust, segment.layout))
+                  else read_row_states(c if lent is None or lent.states is None else lent.states, n, self.kind, rngs,
+                                       observations, self.trust, segment.layout, copy=lent is None or lent.states is None))
         stats = self.pool.stats
         stats["batches"] += 1
         stats["items"] += n

@@ -42,11 +42,16 @@ class Segment(NamedTuple):
 
 
 class Lent(NamedTuple):
-    """The slab lent to a call's observations (:mod:`plan_parallel.wire.leases`) and the result's array over it."""
+    """The slab lent to a call's results (:mod:`plan_parallel.wire.leases`): its observations, a row layout's state
+    columns, or both, and the result's arrays over it."""
 
     lease: Lease
-    observations: np.ndarray
+    observations: np.ndarray | None  # (None: they go to the segment)
+    states: dict[str, np.ndarray] | None  # the results' state columns (``out_`` + stem; None: in the segment)
     name: bytes  # the slab's name, as a header carries it
+    obs_at: int  # where in it the observations' rows and the state columns start (-1: not lent)
+    states_at: int
+    states_rows: int  # the state columns' rows (the call's items)
 
 
 class LaneReply(NamedTuple):
@@ -165,9 +170,10 @@ class LaneCall:
         slot, lent, key = self.pool.slots[k], self.lent, self.segment.key
         tail = self._tail(rows)
         call_id = self.pool.next_id()
-        name, size = (b"", 0) if lent is None else (lent.name, lent.lease.slab.size)
+        name, size, obs_at, states_at, states_rows = ((b"", 0, -1, -1, 0) if lent is None else (
+            lent.name, lent.lease.slab.size, lent.obs_at, lent.states_at, lent.states_rows))
         header = HEADER.pack(TAG, call_id, rows[0], rows[1] - rows[0], self.dt, self.check, len(key), len(name),
-                             size) + key + name + tail
+                             size, obs_at, states_at, states_rows) + key + name + tail
         self.sent_at[k] = time.monotonic()  # (its timeout counts from here: a replacement's anew)
         with ctrl_c_deferred():  # a header written is a header due (and a writer of the lent slab)
             if lent is not None:

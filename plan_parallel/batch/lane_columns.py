@@ -195,10 +195,11 @@ def write_row_states(cols: dict[str, np.ndarray], states: Any, kind: str, layout
 
 
 def read_row_states(cols: dict[str, np.ndarray], n: int, kind: str, rngs: list[Any], observations: np.ndarray,
-                    trust: Any, layout: Layout) -> StateBatch:
+                    trust: Any, layout: Layout, copy: bool = True) -> StateBatch:
     """The states of the first ``n`` output rows of ``cols`` (made when read; ``rngs``: each one's RNG value when
-    the layout's rows hold none, ``trust``: the token of the workers that made them), and their columns."""
-    fields = {stem: cols["out_" + stem][:n].copy() for stem in layout.state_stems()}
+    the layout's rows hold none, ``trust``: the token of the workers that made them), and their columns: copies of
+    the rows, or (``copy`` False: columns of a slab lent to the result) the rows themselves."""
+    fields = {stem: cols["out_" + stem][:n].copy() if copy else cols["out_" + stem][:n] for stem in layout.state_stems()}
     for col in fields.values():
         col.flags.writeable = False
     extra_col, wrappers_col = fields["extra"], fields["wrappers"]

@@ -16,9 +16,9 @@ actions, observations and outcomes stay in the columns. Their simulator arrays a
 state's 7.7 KB) go to the segment's state regions when they fit (:attr:`Layout.state_bytes` a row, one
 region for the inputs and one for the results), not through the pipe.
 
-A call's observations, when they are large (a screen each), go to a slab lent to the call's result
-(:mod:`plan_parallel.wire.leases`) whose name the header carries, not to the segment: the result's array is that
-slab, not a copy.
+A call's observations, when they are large (a screen each), and a row layout's result states, when theirs are (an
+ALE state's 7.7 KB), go to a slab lent to the call's result (:mod:`plan_parallel.wire.leases`) whose name the
+header carries, not to the segment: the result's arrays are that slab, not a copy.
 
 Every lane message starts with :data:`TAG`; a pickle starts with ``0x80``, so a worker tells the two
 apart on the one pipe it reads in order (a ``set_state`` then a lane step run in that order).
@@ -39,16 +39,17 @@ from plan_parallel.state import State
 from plan_parallel.wire.columns import pack_states
 from plan_parallel.wire.slabs import PROTOCOL, ArrayWriter, Slab, read_columns
 
-__all__ = ["ERROR", "FULL", "HEADER", "INFOS", "MAX_SCALARS", "MAX_SEGMENTS", "MAX_STATE_BYTES", "OK", "REPLY",
-           "RNG_WORDS", "STATES", "TAG", "Layout", "decode_extra", "encode_extra", "encode_pair", "pack_scalars",
+__all__ = ["ALIGN", "ERROR", "FULL", "HEADER", "INFOS", "MAX_SCALARS", "MAX_SEGMENTS", "MAX_STATE_BYTES", "OK",
+           "REPLY", "RNG_WORDS", "STATES", "TAG", "Layout", "decode_extra", "encode_extra", "encode_pair", "pack_scalars",
            "pack_states_tail", "rng_of_words", "rng_words", "scalar_format", "scalar_struct", "state_bytes_for",
            "unpack_states_tail"]
 
 TAG = b"L"
 # TAG, call id, lo, n, dt, check (1: the worker checks the states first), length of the layout's key that follows,
-# length of the name of the slab lent to the call's observations that follows the key (0: none; they go to the
-# segment's ``obs`` column), that slab's size
-HEADER = struct.Struct("<cqiiiBHHq")
+# length of the name of the slab lent to the call's results that follows the key (0: none), that slab's size, where
+# in it the observations' rows start and where the results' state columns start (:meth:`Layout.state_columns`;
+# -1: they go to the segment's columns), and the rows of those columns (the call's items)
+HEADER = struct.Struct("<cqiiiBHHqqqi")
 REPLY = struct.Struct("<cqBd")  # TAG, call id, status, env seconds; a pickled tail follows unless OK
 # statuses: columns only; + infos; results that do not fit (run again on the general path); the env's error;
 # a pickled layout's states and infos (pickle.dumps((the states packed, infos or None)))
@@ -215,6 +216,17 @@ class Layout:
             pos += -(-self.capacity * np.dtype(dtype).itemsize * math.prod(shape) // ALIGN) * ALIGN
         return at, max(pos, ALIGN)
 
+    def state_columns_bytes(self, rows: int) -> int:
+        """The bytes of ``rows`` rows of the results' state columns (``out_`` + each of :meth:`state_stems`) laid out
+        on their own, as :meth:`state_columns` places them in a slab lent to a call's results."""
+        return _state_places(self, rows)[1]
+
+    def state_columns(self, buf: Any, start: int, rows: int) -> dict[str, np.ndarray]:
+        """``rows`` rows of the results' state columns (``out_`` + each of :meth:`state_stems`) over ``buf`` from
+        byte ``start``."""
+        return {column: np.ndarray((rows, *shape), dtype=dtype, buffer=buf, offset=start + at)
+                for column, (at, dtype, shape) in _state_places(self, rows)[0].items()}
+
     def region(self, column: str, lo: int, hi: int) -> tuple[int, int]:
         """The byte range of rows lo..hi of a state region (``in_states`` or ``out_states``) in the segment."""
         start = self.offsets()[0][column]
@@ -244,6 +256,18 @@ class Layout:
 
         return cls(name, int(capacity), int(sim), int(wrappers), (adtype, shape(ashape)), (odtype, shape(oshape)),
                    int(steps), pickled == "1", int(state_bytes), int(blob), pair == "1", int(rng), scalars)
+
+
+@functools.lru_cache(maxsize=64)
+def _state_places(layout: Layout, rows: int) -> tuple[dict[str, tuple[int, str, tuple[int, ...]]], int]:
+    """Each result state column's byte offset, dtype and row shape in a region of ``rows`` rows, and its size."""
+    places, pos = {}, 0
+    stems = layout.state_stems()
+    for column, dtype, shape in layout.forms():
+        if column.startswith("out_") and column[4:] in stems:
+            places[column] = (pos, dtype, shape)
+            pos += -(-rows * np.dtype(dtype).itemsize * math.prod(shape) // ALIGN) * ALIGN
+    return places, pos
 
 
 def pack_states_tail(states: Sequence[State], infos: list[dict] | None, slab: Slab, region: tuple[int, int],

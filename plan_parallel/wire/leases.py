@@ -1,6 +1,7 @@
 """Result arrays lent out of shared memory: written once by a worker, handed to the caller without a copy.
 
-A batch's observations are its largest result (100 KB per Pong item). Copying
+A batch's observations are its largest result (100 KB per Pong item; the lane lends its results' state columns
+too when they are as large: an ALE state is 7.7 KB). Copying
 them out of a worker's slab cost the calling process more CPU than the rest of
 the batch's handling together, and the caller's CPU is what a small machine's
 workers run short of. So a batch of large observations gets a :class:`Lease`:
@@ -61,12 +62,17 @@ class Lease:
 
     def array(self, dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray:
         """The start of the slab as a writable ``shape`` array; the slab stays lent while any view of it lives."""
-        nbytes = math.prod(shape) * dtype.itemsize
+        return self.view(math.prod(shape) * dtype.itemsize).view(dtype).reshape(shape)
+
+    def view(self, nbytes: int) -> np.ndarray:
+        """The slab's first ``nbytes`` as a writable uint8 array, once a lease (the arrays a batch's results take of
+        it are views of this one); the slab stays lent while any view of it lives."""
         assert self.slab.mapping is not None, "a lent slab is open"
+        assert not self.viewed, "a lease is viewed once"
         exporter = (ctypes.c_char * nbytes).from_buffer(self.slab.mapping)  # numpy keeps it alive with every view
         self.viewed = True
         weakref.finalize(exporter, self._unviewed)
-        return np.frombuffer(exporter, dtype=dtype).reshape(shape)  # type: ignore[call-overload]
+        return np.frombuffer(exporter, dtype=np.uint8)  # type: ignore[call-overload]
 
     def add_writer(self) -> None:
         self.writers += 1

@@ -80,12 +80,17 @@ class LaneRows:
 
     def serve(self, data: bytes) -> bytes:
         """The reply to one lane header (env errors travel in it, as a chunk's do)."""
-        _, call_id, lo, n, dt, check, key_len, lent_len, lent_size = wire.HEADER.unpack_from(data)
+        (_, call_id, lo, n, dt, check, key_len, lent_len, lent_size, obs_at, states_at,
+         states_rows) = wire.HEADER.unpack_from(data)
         t0 = time.perf_counter()
         try:
             at = wire.HEADER.size + key_len
             segment = self._attach(bytes(data[wire.HEADER.size:at]))
-            lent = self._lent_rows(segment.layout, bytes(data[at:at + lent_len]).decode("ascii"), lent_size, lo, n)
+            layout = segment.layout
+            slab = self.attach(bytes(data[at:at + lent_len]).decode("ascii"), lent_size) if lent_len else None
+            lent = None if slab is None or obs_at < 0 else self._lent_rows(layout, slab, obs_at, lo, n)
+            out = segment.cols if slab is None or states_at < 0 else {
+                **segment.cols, **layout.state_columns(slab.buf, states_at, states_rows)}
             t0 = time.perf_counter()  # (a segment's first mapping is not env time: the tuner reads it as a step's)
             if segment.layout.pickled:
                 packed, _, cols = wire.unpack_states_tail(data[at + lent_len:], segment.slab)
@@ -94,7 +99,7 @@ class LaneRows:
                 states = self._states(segment, lo, lo + n)
             if check:  # (states the caller's vector env validated with its own env: checked here as a chunk's are)
                 self.engine.validate_all(states, lo)
-            status, tail = self._run(segment, lo, lo + n, dt, states, lent)
+            status, tail = self._run(segment, lo, lo + n, dt, states, lent, out)
         except Exception as e:
             status, tail = wire.ERROR, remote_error(e, failed_item(e))
         return wire.REPLY.pack(wire.TAG, call_id, status, time.perf_counter() - t0) + tail
@@ -120,18 +125,16 @@ class LaneRows:
         made = State.of_frozen  # (their extras, tuples of scalars and wrapper counters are ints, floats and None)
         return [made(kind, sims[k], pairs[k], rngs[k], tuple(wrappers[k]), None, None) for k in range(n)]
 
-    def _lent_rows(self, layout: wire.Layout, name: str, size: int, lo: int, n: int) -> np.ndarray | None:
-        """Rows lo..lo+n of the slab lent to the call's observations (None: the header names none)."""
-        if not name:
-            return None
-        slab = self.attach(name, size)
-        assert slab is not None
+    @staticmethod
+    def _lent_rows(layout: wire.Layout, slab: Slab, start: int, lo: int, n: int) -> np.ndarray:
+        """Rows lo..lo+n of the observations lent in ``slab`` from byte ``start``."""
         dtype, shape = np.dtype(layout.obs[0]), layout.obs[1]
-        return slab.array(lo * dtype.itemsize * math.prod(shape), dtype, (n, *shape))
+        return slab.array(start + lo * dtype.itemsize * math.prod(shape), dtype, (n, *shape))
 
     def _run(self, segment: Mapped, lo: int, hi: int, dt: int, states: list[State],
-             lent: np.ndarray | None) -> tuple[int, bytes]:
-        """Run rows lo..hi; their observations go to ``lent`` (rows of the slab lent to them), or to the segment."""
+             lent: np.ndarray | None, out: dict[str, np.ndarray]) -> tuple[int, bytes]:
+        """Run rows lo..hi; their observations go to ``lent`` (rows of the slab lent to them), or to the segment; a row
+        layout's result states to the state columns in ``out`` (the segment's, or those lent with the results)."""
         c, layout = segment.cols, segment.layout
         actions = c["actions"][lo:hi].copy()
         in_place = lent is not None and not layout.steps and self.engine.observation_form() == (lent.dtype, lent.shape[1:])
@@ -155,7 +158,7 @@ class LaneRows:
         if layout.pickled:  # (each result its own capture: packed without looking for one listed twice)
             return wire.STATES, wire.pack_states_tail(out_states, infos if any(infos) else None, segment.slab,
                                                       layout.region("out_states", lo, hi), unique=True)[0]
-        if not self._write_states(c, layout, lo, hi, out_states):
+        if not self._write_states(out, layout, lo, hi, out_states):
             return wire.FULL, b""
         if any(infos):
             return wire.INFOS, pickle.dumps(infos, PROTOCOL)
