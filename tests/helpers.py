@@ -66,8 +66,8 @@ def assert_tree_equal(a: Any, b: Any, path: str = "obs") -> None:
         else:
             assert a_.tobytes() == b_.tobytes(), f"{path}: values differ\n{a_!r}\nvs\n{b_!r}"
         return
-    if isinstance(a, float) and isinstance(b, float):
-        assert a.hex() == b.hex(), f"{path}: {a!r} vs {b!r}"
+    if isinstance(a, float) and isinstance(b, float):  # (numpy's float64 is a float: its type is compared too)
+        assert type(a) is type(b) and a.hex() == b.hex(), f"{path}: {a!r} ({type(a).__name__}) vs {b!r} ({type(b).__name__})"
         return
     assert type(a) is type(b) and a == b, f"{path}: {a!r} vs {b!r}"
 

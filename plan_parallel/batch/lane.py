@@ -38,7 +38,7 @@ from plan_parallel.state import State
 from plan_parallel.state.state_batch import StateBatch, StateColumns
 from plan_parallel.state.state_value import checked_by
 from plan_parallel.wire.codec import Job, split_by_cost
-from plan_parallel.wire.columns import state_maker
+from plan_parallel.wire.columns import state_maker, unpack_infos
 from plan_parallel.wire.lane import (
     ALIGN,
     ERROR,
@@ -287,7 +287,7 @@ class Lane:
         for lo, r in sorted(replies.items()):
             got = None
             if r.status == INFOS:
-                got = pickle.loads(r.tail)
+                got = unpack_infos(pickle.loads(r.tail), r.rows)
             elif r.status == STATES:
                 packed, got, cols = unpack_states_tail(r.tail, segment.slab)
                 parts.append((lo, lo + r.rows, state_maker(packed, cols, "", self.trust)))

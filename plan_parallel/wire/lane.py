@@ -51,8 +51,9 @@ TAG = b"L"
 # -1: they go to the segment's columns), and the rows of those columns (the call's items)
 HEADER = struct.Struct("<cqiiiBHHqqqi")
 REPLY = struct.Struct("<cqBd")  # TAG, call id, status, env seconds; a pickled tail follows unless OK
-# statuses: columns only; + infos; results that do not fit (run again on the general path); the env's error;
-# a pickled layout's states and infos (pickle.dumps((the states packed, infos or None)))
+# statuses: columns only; + infos (pickle.dumps(wire.columns.pack_infos(infos))); results that do not fit (run
+# again on the general path); the env's error; a pickled layout's states and infos (pickle.dumps((the states
+# packed, infos or None)))
 OK, INFOS, FULL, ERROR, STATES = 0, 1, 2, 3, 4
 MAX_SEGMENTS = 4  # segments a lane keeps (one a form of call: a planner alternates steps and rollouts), mapped by each worker
 NO_EXTRA = -1  # an ``extra`` of None in its column (a count of steps is never negative)

@@ -20,7 +20,7 @@ from plan_parallel.errors import failed_item
 from plan_parallel.state import State
 from plan_parallel.state.core import get_rng_state
 from plan_parallel.wire import lane as wire
-from plan_parallel.wire.columns import unpack_states
+from plan_parallel.wire.columns import pack_infos, unpack_states
 from plan_parallel.wire.messages import remote_error
 from plan_parallel.wire.slabs import PROTOCOL, Slab
 
@@ -160,8 +160,8 @@ class LaneRows:
                                                       layout.region("out_states", lo, hi), unique=True)[0]
         if not self._write_states(out, layout, lo, hi, out_states):
             return wire.FULL, b""
-        if any(infos):
-            return wire.INFOS, pickle.dumps(infos, PROTOCOL)
+        if any(infos):  # (numpy scalars as a column a key: MuJoCo's, 2 us each to pickle one by one)
+            return wire.INFOS, pickle.dumps(pack_infos(infos), PROTOCOL)
         return wire.OK, b""
 
     @staticmethod
