@@ -230,12 +230,11 @@ class Lane:
         form = row_layout(self.observation_space, n)
         layout = self.layout
         assert layout is not None
-        states_bytes = 0 if layout.pickled else layout.state_columns_bytes(n)
-        if states_bytes < LEND_MIN_BYTES:
-            states_bytes = 0
-        if form is None and not states_bytes:
+        lend_states = not layout.pickled and layout.state_row_bytes * n >= LEND_MIN_BYTES
+        if form is None and not lend_states:
             return None
         obs_bytes = 0 if form is None else -(-math.prod(form[1]) * form[0].itemsize // ALIGN) * ALIGN
+        states_bytes = layout.state_columns_bytes(n) if lend_states else 0
         lease = self.pool.feeder.leases.lease(obs_bytes + states_bytes)
         buf = lease.view(obs_bytes + states_bytes)
         observations = None if form is None else buf[:math.prod(form[1]) * form[0].itemsize].view(form[0]).reshape(form[1])

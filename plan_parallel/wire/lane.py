@@ -217,6 +217,13 @@ class Layout:
             pos += -(-self.capacity * np.dtype(dtype).itemsize * math.prod(shape) // ALIGN) * ALIGN
         return at, max(pos, ALIGN)
 
+    @functools.cached_property
+    def state_row_bytes(self) -> int:
+        """The bytes of one row of the results' state columns (``out_`` + each of :meth:`state_stems`)."""
+        stems = self.state_stems()
+        return sum(np.dtype(dtype).itemsize * math.prod(shape) for column, dtype, shape in self.forms()
+                   if column.startswith("out_") and column[4:] in stems)
+
     def state_columns_bytes(self, rows: int) -> int:
         """The bytes of ``rows`` rows of the results' state columns (``out_`` + each of :meth:`state_stems`) laid out
         on their own, as :meth:`state_columns` places them in a slab lent to a call's results."""
