@@ -295,9 +295,9 @@ class Lane:
                     for info, k in zip(got, steps[lo:lo + len(got)]):
                         info["n_steps"] = k
                 infos[lo:lo + len(got)] = got
+        out = c if lent is None or lent.states is None else lent.states  # (the state columns lent: read as they are)
         states = (StateBatch(n, parts, observations) if rngs is None
-                  else read_row_states(c if lent is None or lent.states is None else lent.states, n, self.kind, rngs,
-                                       observations, self.trust, segment.layout, copy=lent is None or lent.states is None))
+                  else read_row_states(out, n, self.kind, rngs, observations, self.trust, segment.layout, copy=out is c))
         stats = self.pool.stats
         stats["batches"] += 1
         stats["items"] += n
