@@ -30,6 +30,7 @@ from collections.abc import Iterator, Sequence
 from multiprocessing.connection import Connection
 from typing import Any
 
+from plan_parallel.wire.frames import read_message, write_message
 from plan_parallel.wire.lane import TAG
 from plan_parallel.wire.messages import Call, Op, Reply, call_from_wire, call_wire, reply_from_wire, reply_wire
 from plan_parallel.wire.slabs import PROTOCOL
@@ -203,7 +204,7 @@ class ExternalProcess:
 
     def send(self, data: bytes, shared: tuple = ()) -> None:
         assert not shared, "a process worker reads shared values from the message itself"
-        self.conn.send_bytes(data)
+        write_message(self.conn.fileno(), data)  # (fileno raises OSError once the pipe was closed here)
 
     def receive(self) -> bytes | None:
         """The next message as it came (a lane reply, :mod:`plan_parallel.wire.lane`); None once the pipe closed.
@@ -211,7 +212,7 @@ class ExternalProcess:
         if self._gone:
             return None
         try:
-            return self.conn.recv_bytes()
+            return read_message(self.conn.fileno())
         except (EOFError, OSError):
             self._gone = True
             return None
@@ -410,8 +411,9 @@ def worker_main(conn: Connection, blob: bytes, parent_pid: int, tie: bool, core:
 
     if server is None:
         return
+    fd = conn.fileno()
     poller = select.poll()
-    poller.register(conn.fileno(), select.POLLIN)
+    poller.register(fd, select.POLLIN)
     try:
         while True:
             try:
@@ -421,7 +423,7 @@ def worker_main(conn: Connection, blob: bytes, parent_pid: int, tie: bool, core:
                 while not poller.poll(1000):
                     if not _parent_alive(parent_pid, first_ppid):
                         return
-                data = conn.recv_bytes()
+                data = read_message(fd)
                 call = None if data[:1] == TAG else call_from_wire(pickle.loads(data))
             except (EOFError, OSError):
                 return  # the parent closed the pipe or died
@@ -432,8 +434,8 @@ def worker_main(conn: Connection, blob: bytes, parent_pid: int, tie: bool, core:
             else:
                 data = serve(server, call)
             try:
-                conn.send_bytes(data)
-            except (EOFError, OSError):
+                write_message(fd, data)
+            except OSError:
                 return
     finally:
         server.close()
