@@ -56,16 +56,16 @@ def _write_all(fd: int, data: bytes) -> None:
 
 
 def _read_exact(fd: int, n: int, first: bool) -> bytes:
+    """``n`` bytes from ``fd`` (``first``: nothing of the frame was read yet, so a closed pipe is an EOF)."""
     data = os.read(fd, n)
     if len(data) == n:
         return data
     parts, left = [data], n - len(data)
-    while True:
+    while left:
         if not parts[-1]:
             if first and left == n:
                 raise EOFError("the pipe was closed")
             raise OSError("the pipe was closed within a message")
-        if not left:
-            return b"".join(parts)
         parts.append(os.read(fd, left))
         left -= len(parts[-1])
+    return b"".join(parts)

@@ -249,8 +249,8 @@ class ExternalProcess:
         if self._closed:
             return
         if code is None:
-            with contextlib.suppress(OSError, EOFError, ValueError):  # already gone: the join decides
-                self.conn.send_bytes(pickle.dumps(call_wire(Call(-1, Op.CLOSE)), PROTOCOL))
+            with contextlib.suppress(OSError):  # already gone: the join decides
+                self.send(pickle.dumps(call_wire(Call(-1, Op.CLOSE)), PROTOCOL))
             self.process.join(timeout)
             if self._exitcode() is None:
                 self.kill()

@@ -103,14 +103,14 @@ def worker_main(conn: Connection, blob: bytes, parent_pid: int, tie: bool, core:
     if not _parent_alive(parent_pid, first_ppid):
         return  # the parent died before the tie was made
     server, ready = ready_reply(blob)
+    fd = conn.fileno()
     try:
-        conn.send_bytes(pickle.dumps(reply_wire(ready), PROTOCOL))
+        write_message(fd, pickle.dumps(reply_wire(ready), PROTOCOL))
     except OSError:
         return  # the parent is gone, or gave up on this worker while it started
 
     if server is None:
         return
-    fd = conn.fileno()
     poller = select.poll()
     poller.register(fd, select.POLLIN)
     try:
