@@ -389,7 +389,8 @@ def test_a_reply_to_another_call_is_dropped_and_counted() -> None:
         env.step_batch(acts, [s] * 4)  # the segment exists, the states are trusted
         engine = batch_engine_of(env)
         lane, worker = engine.placement.lane, engine.pool.slots[0].worker
-        worker.send(HEADER.pack(TAG, 10**12, 0, 2, 1, 0, len(lane.key), 0, 0, -1, -1, 0) + lane.key)  # a call no one waits for
+        # (a call no one waits for)
+        worker.send(HEADER.pack(TAG, 10**12, 0, 2, 1, 0, len(lane.key), 0, 0, -1, -1, 0, 0, 0, -1, 0) + lane.key)
         replied = select.poll()
         replied.register(worker.handles()[0], select.POLLIN)
         assert replied.poll(10_000), "the worker answered the header"
@@ -408,7 +409,7 @@ def test_an_env_error_in_a_lane_serve_travels_with_its_item() -> None:
         job = step_job(env.action_space, env.kind, env.reseedable, lambda: s, np.array([0, 1]), [s, s], 1, None)
         lane._write_inputs(job)
         lane.cols["actions"][1] = 5
-        reply = server.lane.serve(HEADER.pack(TAG, 3, 0, 2, 1, 0, len(lane.key), 0, 0, -1, -1, 0) + lane.key)
+        reply = server.lane.serve(HEADER.pack(TAG, 3, 0, 2, 1, 0, len(lane.key), 0, 0, -1, -1, 0, 0, 0, -1, 0) + lane.key)
         _, call_id, status, _ = REPLY.unpack_from(reply)
         exc, _, item = pickle.loads(reply[REPLY.size:])
         assert (call_id, status, type(exc), item) == (3, ERROR, AssertionError, 1)

@@ -132,7 +132,8 @@ class BatchEnv:
         self._workers_here = chosen.workers_here
         self._pool = WorkerPool(chosen.new_worker, chosen.worker_type, n, timeout, max_restarts)
         self._pool.stats.update({"items": 0, "batches": 0, "inline_batches": 0, "shared_batches": 0, "shared_items": 0,
-                                 "ipc_seconds": 0.0, "lent_batches": 0, "lane_batches": 0, "lane_chunks": 0})
+                                 "ipc_seconds": 0.0, "lent_batches": 0, "lane_batches": 0, "lane_chunks": 0,
+                                 "lane_sourced": 0})
         self._placement = Placement(
             self._pool, tuner or Tuner(n, TUNER_MODES[policy.placement], chunk_seconds=chosen.worker_type.chunk_seconds,
                                        workers_here=chosen.workers_here, here_below=policy.here_below,

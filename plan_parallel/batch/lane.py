@@ -48,6 +48,7 @@ from plan_parallel.wire.lane import (
     RNG_WORDS,
     STATES,
     Layout,
+    StatePlace,
     unpack_states_tail,
 )
 from plan_parallel.wire.leases import LEND_MIN_BYTES, row_layout
@@ -72,6 +73,7 @@ class Inputs(NamedTuple):
 
     rngs: list[Any] | None  # (empty when the layout's rows hold them)
     states: list[State] | None
+    source: StatePlace | None  # where the workers read a row layout's states (None: the segment's in_ rows)
 
 
 class Lane:
@@ -161,14 +163,16 @@ class Lane:
                 return None
             lent = self._lend(job.n)
             try:
-                replies = self._call(job, ready, step_seconds or 0.0, n_chunks, inputs.states, lent)
+                replies = self._call(job, ready, step_seconds or 0.0, n_chunks, inputs, lent)
             except BaseException:
                 if lent is not None:  # (the workers of headers unanswered are killed before anything else is sent)
                     lent.lease.abandon()
                 raise
             if any(r.status == FULL for r in replies.values()):
                 return None  # results that do not fit the columns: the general path runs the call again
-            return self._result(job, replies, inputs.rngs, lent)
+            result = self._result(job, replies, inputs.rngs, lent)
+            pool.stats["lane_sourced"] += inputs.source is not None
+            return result
 
     # ------------------------------------------------------------------ inputs
     def _ensure_layout(self, job: Job, form: RowForm | None) -> None:
@@ -209,19 +213,21 @@ class Lane:
         states fit neither form (the caller takes the general path)."""
         states = job.states
         assert states is not None
-        n, rngs = job.n, None
+        n, written = job.n, None
         if self.rows:
             form = row_form(states[0])
             if form is not None:
                 self._ensure_layout(job, form)
                 assert self.layout is not None
-                rngs = write_row_states(self.cols, states, self.kind, self.layout)
-        if rngs is None:
+                written = write_row_states(self.cols, states, self.kind, self.layout, self.pool.feeder.leases)
+        if written is None:
             if not self.pickled:
                 return None
             self._ensure_layout(job, None)
         self.cols["actions"][:n] = job.actions
-        return Inputs(rngs, None if rngs is not None else list(states))
+        if written is None:
+            return Inputs(None, list(states), None)
+        return Inputs(written.rngs, None, written.source)
 
     def _lend(self, n: int) -> Lent | None:
         """A slab lent to the results of ``n`` items: their observations when they are large enough
@@ -243,11 +249,12 @@ class Lane:
                     obs_bytes if states_bytes else -1, n)
 
     # ------------------------------------------------------------------ the call
-    def _call(self, job: Job, ready: list[int], step_seconds: float, n_chunks: int,
-              states: list[State] | None, lent: Lent | None) -> dict[int, LaneReply]:
+    def _call(self, job: Job, ready: list[int], step_seconds: float, n_chunks: int, inputs: Inputs,
+              lent: Lent | None) -> dict[int, LaneReply]:
         """Split ``job`` in ``n_chunks`` chunks (of :data:`WAKE_SECONDS` of env time at least) and run them on the
         ``ready`` workers (:class:`~plan_parallel.batch.lane_call.LaneCall`): their replies, by each chunk's first
-        row. ``states``: a pickled layout's, sent with their rows; ``lent``: the slab the observations go to."""
+        row. ``inputs``: what was written (a pickled layout's states are sent with their rows; a row layout's may
+        be read where a former result's lie); ``lent``: the slab the observations go to."""
         dt = job.dt
         assert isinstance(dt, int) and self.segment is not None
         # A vector env's states (validated with its own env in this process) that no worker made or checked are
@@ -259,7 +266,7 @@ class Lane:
         # How long the longest chunk takes, from the env time a step took so far: the wait polls (for a reply due
         # within the worker class's spin time) only in a call that short, where a wake-up is a large share of it.
         expected = max(job.cost(lo, hi) for lo, hi in chunks) * step_seconds
-        call = LaneCall(self.pool, self.segment, dt, check, states, lent, job.op.value)
+        call = LaneCall(self.pool, self.segment, dt, check, inputs.states, inputs.source, lent, job.op.value)
         try:
             return call.run(ready, chunks, expected)
         finally:
@@ -295,9 +302,12 @@ class Lane:
                     for info, k in zip(got, steps[lo:lo + len(got)]):
                         info["n_steps"] = k
                 infos[lo:lo + len(got)] = got
-        out = c if lent is None or lent.states is None else lent.states  # (the state columns lent: read as they are)
+        out, place = c, None  # (the state columns lent: read as they are, and a later call's workers read them there)
+        if lent is not None and lent.states is not None:
+            out = lent.states
+            place = StatePlace(self.pool.feeder.leases, lent.name, lent.lease.slab.size, lent.states_at, lent.states_rows)
         states = (StateBatch(n, parts, observations) if rngs is None
-                  else read_row_states(out, n, self.kind, rngs, observations, self.trust, segment.layout, copy=out is c))
+                  else read_row_states(out, n, self.kind, rngs, observations, self.trust, segment.layout, place))
         stats = self.pool.stats
         stats["batches"] += 1
         stats["items"] += n

@@ -25,7 +25,17 @@ from plan_parallel.batch.pool import WorkerPool
 from plan_parallel.errors import ClosedError, WorkerTimeoutError
 from plan_parallel.interrupts import ctrl_c_deferred
 from plan_parallel.state import State
-from plan_parallel.wire.lane import ERROR, FULL, HEADER, REPLY, TAG, Layout, pack_states_tail, state_bytes_for
+from plan_parallel.wire.lane import (
+    ERROR,
+    FULL,
+    HEADER,
+    REPLY,
+    TAG,
+    Layout,
+    StatePlace,
+    pack_states_tail,
+    state_bytes_for,
+)
 from plan_parallel.wire.leases import Lease
 from plan_parallel.wire.slabs import Slab
 
@@ -73,17 +83,20 @@ class LaneCall:
         dt: the call's steps an item.
         check: whether the workers check the states first (a vector env's, that no worker made or checked).
         states: a pickled layout's states, sent in the headers' tails (None: they are in the rows).
+        source: where the workers read a row layout's input states (the rows ``in_source`` names of a former
+            result's state columns; None: the segment's ``in_`` rows).
         lent: the slab lent to the call's observations, or None.
         op: the call's op, for a timeout's message.
     """
 
     def __init__(self, pool: WorkerPool, segment: Segment, dt: int, check: bool, states: list[State] | None,
-                 lent: Lent | None, op: str) -> None:
+                 source: StatePlace | None, lent: Lent | None, op: str) -> None:
         self.pool = pool
         self.segment = segment
         self.dt = dt
         self.check = check
         self.states = states
+        self.source = (b"", 0, -1, 0) if source is None else (source.name, source.size, source.at, source.rows)
         self.lent = lent
         self.op = op
         self.state_bytes = 0  # a pickled layout's bytes a row of its state regions, learned from the states sent
@@ -172,8 +185,10 @@ class LaneCall:
         call_id = self.pool.next_id()
         name, size, obs_at, states_at, states_rows = ((b"", 0, -1, -1, 0) if lent is None else (
             lent.name, lent.lease.slab.size, lent.obs_at, lent.states_at, lent.states_rows))
+        src_name, src_size, src_at, src_rows = self.source
         header = HEADER.pack(TAG, call_id, rows[0], rows[1] - rows[0], self.dt, self.check, len(key), len(name),
-                             size, obs_at, states_at, states_rows) + key + name + tail
+                             size, obs_at, states_at, states_rows, len(src_name), src_size, src_at,
+                             src_rows) + key + name + src_name + tail
         self.sent_at[k] = time.monotonic()  # (its timeout counts from here: a replacement's anew)
         with ctrl_c_deferred():  # a header written is a header due (and a writer of the lent slab)
             if lent is not None:

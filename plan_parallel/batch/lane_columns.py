@@ -34,7 +34,8 @@ from plan_parallel.wire.lane import (
     scalar_struct,
 )
 
-__all__ = ["F8", "MAX_SOURCES", "MIN_FROM_SOURCES", "RowForm", "read_row_states", "row_form", "write_row_states"]
+__all__ = ["F8", "MAX_SOURCES", "MIN_FROM_SOURCES", "RowForm", "Written", "read_row_states", "row_form",
+           "write_row_states"]
 
 F8 = np.dtype(np.float64)
 # A list of states read from more result columns than this is written from its fields (a copy a source costs
@@ -42,6 +43,15 @@ F8 = np.dtype(np.float64)
 # a call is then more than the fields': 4.4 against 3.3 us for one CartPole state, equal at 4, 14 against 35 at 64).
 MAX_SOURCES = 8
 MIN_FROM_SOURCES = 4
+
+
+class Written(NamedTuple):
+    """What :func:`write_row_states` wrote: the states' RNG values (empty when the layout's rows hold them) and
+    where the workers read their rows (a :class:`~plan_parallel.wire.lane.StatePlace`, the rows ``in_source``
+    names; None: the ``in_`` rows)."""
+
+    rngs: list[Any]
+    source: Any
 
 
 class RowForm(NamedTuple):
@@ -79,9 +89,11 @@ def _fits(cols: dict[str, np.ndarray], columns: StateColumns, kind: str, layout:
             and all(col.shape[1:] == cols["in_" + stem].shape[1:] for stem, col in columns.fields.items()))
 
 
-def _write_from_sources(cols: dict[str, np.ndarray], states: Any, kind: str, layout: Layout) -> list[Any] | None:
+def _write_from_sources(cols: dict[str, np.ndarray], states: Any, kind: str, layout: Layout,
+                        leases: Any) -> Written | None:
     """Write ``states`` into the input rows from the result columns of ``kind`` they were read from, unchanged
-    since; their RNG values, or None when one was not (or more than :data:`MAX_SOURCES` columns are named)."""
+    since (or, all from one result's columns in a slab of ``leases``, name their rows in ``in_source``); None when
+    one was not (or more than :data:`MAX_SOURCES` columns are named)."""
     first = states[0].source_row
     if first is None or len(states) < MIN_FROM_SOURCES:
         return None
@@ -99,6 +111,9 @@ def _write_from_sources(cols: dict[str, np.ndarray], states: Any, kind: str, lay
     n, taken = len(states), np.array(rows, np.intp)
     groups: list[tuple[StateColumns, Any]]  # (columns, the positions of the states read from them)
     if not mixed:
+        if _readable(source, leases) and _fits(cols, source, kind, layout):
+            cols["in_source"][:n] = taken
+            return Written(rngs, source.place)
         groups = [(source, slice(0, n))]
     else:
         ids, first_at, group_of = np.unique(np.fromiter(map(id, owners), np.int64, n), return_index=True,
@@ -110,7 +125,12 @@ def _write_from_sources(cols: dict[str, np.ndarray], states: Any, kind: str, lay
         return None
     for columns, where in groups:
         _copy_rows(cols, where, columns, taken[where])
-    return rngs
+    return Written(rngs, None)
+
+
+def _readable(columns: StateColumns, leases: Any) -> bool:
+    """Whether the workers of ``leases`` may read states from ``columns`` where they lie (a slab lent to them)."""
+    return columns.place is not None and columns.place.leases is leases
 
 
 def _copy_rows(cols: dict[str, np.ndarray], where: Any, columns: StateColumns, picked: Any) -> None:
@@ -180,32 +200,42 @@ def _write_fields(cols: dict[str, np.ndarray], states: Any, layout: Layout) -> l
     return rngs
 
 
-def write_row_states(cols: dict[str, np.ndarray], states: Any, kind: str, layout: Layout) -> list[Any] | None:
+def write_row_states(cols: dict[str, np.ndarray], states: Any, kind: str, layout: Layout,
+                     leases: Any = None) -> Written | None:
     """Write states of ``kind`` (a list, or a lane result's whole ``StateBatch``) into the input rows of a row
-    layout's columns ``cols``; their RNG values (empty when the layout's rows hold them), or None when a state does
-    not fit (another form of simulator value or extra, no RNG value or another bit generator's)."""
+    layout's columns ``cols``, or, when they are rows of one result's state columns in a slab of ``leases`` (the
+    workers' lease pool), name those rows in ``in_source``; None when a state does not fit (another form of
+    simulator value or extra, no RNG value or another bit generator's)."""
     columns = getattr(states, "columns", None)
-    if type(columns) is StateColumns and _fits(cols, columns, kind, layout):  # a result given back whole: its columns as they are
-        _copy_rows(cols, slice(0, len(states)), columns, slice(None))
-        return [] if layout.rng else columns.rngs
-    rngs = _write_from_sources(cols, states, kind, layout)
-    if rngs is not None:
-        return [] if layout.rng else rngs
-    return _write_fields(cols, states, layout)
+    n = len(states)
+    if type(columns) is StateColumns and _fits(cols, columns, kind, layout):  # a result given back whole
+        rngs = [] if layout.rng else columns.rngs or []
+        if _readable(columns, leases):
+            cols["in_source"][:n] = np.arange(n)
+            return Written(rngs, columns.place)
+        _copy_rows(cols, slice(0, n), columns, slice(None))  # its columns as they are
+        return Written(rngs, None)
+    written = _write_from_sources(cols, states, kind, layout, leases)
+    if written is not None:
+        return Written([], written.source) if layout.rng else written
+    field_rngs = _write_fields(cols, states, layout)
+    return None if field_rngs is None else Written(field_rngs, None)
 
 
 def read_row_states(cols: dict[str, np.ndarray], n: int, kind: str, rngs: list[Any], observations: np.ndarray,
-                    trust: Any, layout: Layout, copy: bool = True) -> StateBatch:
+                    trust: Any, layout: Layout, place: Any = None) -> StateBatch:
     """The states of the first ``n`` output rows of ``cols`` (made when read; ``rngs``: each one's RNG value when
     the layout's rows hold none, ``trust``: the token of the workers that made them), and their columns: copies of
-    the rows, or (``copy`` False: columns of a slab lent to the result) the rows themselves."""
+    the rows, or (``place``: where they lie in a slab lent to the result, a
+    :class:`~plan_parallel.wire.lane.StatePlace`) the rows themselves."""
+    copy = place is None
     fields = {stem: cols["out_" + stem][:n].copy() if copy else cols["out_" + stem][:n] for stem in layout.state_stems()}
     for col in fields.values():
         col.flags.writeable = False
     extra_col, wrappers_col = fields["extra"], fields["wrappers"]
     extras = extra_col.tolist()  # (the wrappers' rows are made tuples when a state is: N small lists made
     # here would stay tracked by the garbage collector, whose passes then cost more than the lists)
-    columns = StateColumns(kind, fields, None if layout.rng else rngs, trust, layout.scalars)
+    columns = StateColumns(kind, fields, None if layout.rng else rngs, trust, layout.scalars, place)
     floats = fields["extra_f"].tolist() if layout.pair else None
     blobs, sims, words, scalars = fields.get("blob"), fields.get("sim"), fields.get("rng"), fields.get("scalars")
     unpack, packed, width = None, memoryview(b""), 0

@@ -34,7 +34,9 @@ class StateColumns(NamedTuple):
     ``"extra_f"``, ``"rng"``, ``"scalars"``), read-only; ``rngs``: the N RNG values (None for a layout whose rows
     hold them), all of one ``kind``; ``token``: the check they pass
     (:func:`~plan_parallel.state.state_value.validate_each`); ``scalars``: the form of their tuples of scalars
-    (:func:`~plan_parallel.wire.lane.scalar_format`; empty for other layouts).
+    (:func:`~plan_parallel.wire.lane.scalar_format`; empty for other layouts); ``place``: where the rows lie when
+    the columns are a slab lent to the lane call that made them (:class:`~plan_parallel.wire.lane.StatePlace`: a
+    later call of the same workers has them read there, not copied), else None.
     """
 
     kind: str
@@ -42,6 +44,7 @@ class StateColumns(NamedTuple):
     rngs: list | None
     token: Any
     scalars: str = ""
+    place: Any = None
 
 
 class StateBatch(Sequence[State]):

@@ -31,7 +31,7 @@ import pickle
 import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -40,21 +40,37 @@ from plan_parallel.wire.columns import pack_states
 from plan_parallel.wire.slabs import PROTOCOL, ArrayWriter, Slab, read_columns
 
 __all__ = ["ALIGN", "ERROR", "FULL", "HEADER", "INFOS", "MAX_SCALARS", "MAX_SEGMENTS", "MAX_STATE_BYTES", "OK",
-           "REPLY", "RNG_WORDS", "STATES", "TAG", "Layout", "decode_extra", "encode_extra", "encode_pair", "pack_scalars",
-           "pack_states_tail", "rng_of_words", "rng_words", "scalar_format", "scalar_struct", "state_bytes_for",
+           "REPLY", "RNG_WORDS", "STATES", "TAG", "Layout", "StatePlace", "decode_extra", "encode_extra", "encode_pair",
+           "pack_scalars", "pack_states_tail", "rng_of_words", "rng_words", "scalar_format", "scalar_struct", "state_bytes_for",
            "unpack_states_tail"]
 
 TAG = b"L"
 # TAG, call id, lo, n, dt, check (1: the worker checks the states first), length of the layout's key that follows,
 # length of the name of the slab lent to the call's results that follows the key (0: none), that slab's size, where
 # in it the observations' rows start and where the results' state columns start (:meth:`Layout.state_columns`;
-# -1: they go to the segment's columns), and the rows of those columns (the call's items)
-HEADER = struct.Struct("<cqiiiBHHqqqi")
+# -1: they go to the segment's columns), the rows of those columns (the call's items); then the length of the
+# name of the slab the input states' rows are read from (0: the segment's ``in_`` columns; else the rows
+# ``in_source`` names of a former result's state columns there, :class:`StatePlace`), that slab's size, where
+# its state columns start, and their rows. The names follow the key in that order.
+HEADER = struct.Struct("<cqiiiBHHqqqiHqqi")
 REPLY = struct.Struct("<cqBd")  # TAG, call id, status, env seconds; a pickled tail follows unless OK
 # statuses: columns only; + infos (pickle.dumps(wire.columns.pack_infos(infos))); results that do not fit (run
 # again on the general path); the env's error; a pickled layout's states and infos (pickle.dumps((the states
 # packed, infos or None)))
 OK, INFOS, FULL, ERROR, STATES = 0, 1, 2, 3, 4
+
+
+class StatePlace(NamedTuple):
+    """A lane result's state columns in the slab lent to it (:meth:`Layout.state_columns`), as a later call's
+    header names them for its workers to read its input states from: the slab's lease pool (only the workers of
+    that pool map it), its name and size, where the columns start in it, and their rows."""
+
+    leases: Any
+    name: bytes
+    size: int
+    at: int
+    rows: int
+
 MAX_SEGMENTS = 4  # segments a lane keeps (one a form of call: a planner alternates steps and rollouts), mapped by each worker
 NO_EXTRA = -1  # an ``extra`` of None in its column (a count of steps is never negative)
 _I64 = (1 << 63) - 1  # an int column's largest value: a larger int does not fit the lane
@@ -131,7 +147,8 @@ def rng_words(rng: Any) -> tuple[int, ...] | None:
             return None
         inner = rng["state"]
         s, i, has, u = inner["state"], inner["inc"], rng["has_uint32"], rng["uinteger"]
-        if len(inner) != 2 or any(type(v) is not int for v in (s, i, has, u)):
+        # (one test a value, no generator: this runs for every state of an ALE call, on both sides)
+        if not (len(inner) == 2 and type(s) is int and type(i) is int and type(has) is int and type(u) is int):
             return None
     except (KeyError, TypeError):
         return None
@@ -191,7 +208,7 @@ class Layout:
                  ("scalars", u1, (scalar_struct(self.scalars).size if self.scalars else 0,))]
         return [
             *[("in_" + stem, dtype, shape) for stem, dtype, shape in state],
-            ("actions", self.action[0], self.action[1]),
+            ("actions", self.action[0], self.action[1]), ("in_source", i8, ()),
             *[("out_" + stem, dtype, shape) for stem, dtype, shape in state],
             ("obs", self.obs[0], self.obs[1]), ("rewards", f8, (self.steps,) if self.steps else ()),
             ("terminations", "|b1", ()),

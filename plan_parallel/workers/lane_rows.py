@@ -80,8 +80,8 @@ class LaneRows:
 
     def serve(self, data: bytes) -> bytes:
         """The reply to one lane header (env errors travel in it, as a chunk's do)."""
-        (_, call_id, lo, n, dt, check, key_len, lent_len, lent_size, obs_at, states_at,
-         states_rows) = wire.HEADER.unpack_from(data)
+        (_, call_id, lo, n, dt, check, key_len, lent_len, lent_size, obs_at, states_at, states_rows, src_len, src_size,
+         src_at, src_rows) = wire.HEADER.unpack_from(data)
         t0 = time.perf_counter()
         try:
             at = wire.HEADER.size + key_len
@@ -91,12 +91,19 @@ class LaneRows:
             lent = None if slab is None or obs_at < 0 else self._lent_rows(layout, slab, obs_at, lo, n)
             out = segment.cols if slab is None or states_at < 0 else {
                 **segment.cols, **layout.state_columns(slab.buf, states_at, states_rows)}
+            at += lent_len
+            # (a former result's state columns in the slab lent to it, mapped here after this call's own: the
+            # slab attached last before another stays mapped, see Server.attached_slab)
+            source = self.attach(bytes(data[at:at + src_len]).decode("ascii"), src_size) if src_len else None
             t0 = time.perf_counter()  # (a segment's first mapping is not env time: the tuner reads it as a step's)
             if segment.layout.pickled:
-                packed, _, cols = wire.unpack_states_tail(data[at + lent_len:], segment.slab)
+                packed, _, cols = wire.unpack_states_tail(data[at + src_len:], segment.slab)
                 states = unpack_states(packed, cols, "", n)
+            elif source is None:
+                states = self._states(segment.cols, "in_", slice(lo, lo + n), layout)
             else:
-                states = self._states(segment, lo, lo + n)
+                states = self._states(layout.state_columns(source.buf, src_at, src_rows), "out_",
+                                      segment.cols["in_source"][lo:lo + n], layout)
             if check:  # (states the caller's vector env validated with its own env: checked here as a chunk's are)
                 self.engine.validate_all(states, lo)
             status, tail = self._run(segment, lo, lo + n, dt, states, lent, out)
@@ -104,23 +111,27 @@ class LaneRows:
             status, tail = wire.ERROR, remote_error(e, failed_item(e))
         return wire.REPLY.pack(wire.TAG, call_id, status, time.perf_counter() - t0) + tail
 
-    def _states(self, segment: Mapped, lo: int, hi: int) -> list[State]:
-        """The states of rows lo..hi of a row layout's segment."""
-        kind, c, layout = self.kind, segment.cols, segment.layout
-        extras, wrappers = c["in_extra"][lo:hi].tolist(), c["in_wrappers"][lo:hi].tolist()
-        n = hi - lo
-        pairs = (list(zip(extras, c["in_extra_f"][lo:hi].tolist())) if layout.pair
+    def _states(self, c: dict[str, np.ndarray], prefix: str, rows: Any, layout: wire.Layout) -> list[State]:
+        """The states of ``rows`` (a slice, or an array of row numbers) of a row layout's state columns ``c`` (their
+        names ``prefix`` + each stem: the segment's ``in_`` columns, or a former result's ``out_`` columns)."""
+        kind = self.kind
+        extras, wrappers = c[prefix + "extra"][rows].tolist(), c[prefix + "wrappers"][rows].tolist()
+        n = len(extras)
+        pairs = (list(zip(extras, c[prefix + "extra_f"][rows].tolist())) if layout.pair
                  else [wire.decode_extra(x) for x in extras])
-        rngs = [wire.rng_of_words(w) for w in c["in_rng"][lo:hi].tolist()] if layout.rng else [self.rng] * n
+        rngs = [wire.rng_of_words(w) for w in c[prefix + "rng"][rows].tolist()] if layout.rng else [self.rng] * n
         if layout.blob:
-            blobs = c["in_blob"][lo:hi]
-            return [State.from_blob(kind, blobs[k].tobytes(), pairs[k], rngs[k], tuple(wrappers[k]), frozen=True)
-                    for k in range(n)]
+            blobs = c[prefix + "blob"]  # (each row copied once, into its state's bytes)
+            at = range(rows.start, rows.stop) if type(rows) is slice else rows.tolist()
+            return [State.from_blob(kind, blobs[r].tobytes(), pairs[k], rngs[k], tuple(wrappers[k]), frozen=True)
+                    for k, r in enumerate(at)]
         sims: Any
         if layout.scalars:
-            sims = list(wire.scalar_struct(layout.scalars).iter_unpack(c["in_scalars"][lo:hi].tobytes()))
+            sims = list(wire.scalar_struct(layout.scalars).iter_unpack(c[prefix + "scalars"][rows].tobytes()))
         else:
-            sims = c["in_sim"][lo:hi].copy()
+            sims = c[prefix + "sim"][rows]
+            if type(rows) is slice:
+                sims = sims.copy()  # (rows picked by number are a copy already)
             sims.setflags(write=False)  # (each state's value a row of it, read-only: the states' parts are frozen)
         made = State.of_frozen  # (their extras, tuples of scalars and wrapper counters are ints, floats and None)
         return [made(kind, sims[k], pairs[k], rngs[k], tuple(wrappers[k]), None, None) for k in range(n)]
