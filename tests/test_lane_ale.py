@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 
 import plan_parallel as pp
-from plan_parallel.wire.lane import RNG_WORDS, rng_of_words, rng_words
+from plan_parallel.wire.lane import RNG_WORDS, rng_of_words, rng_words, write_blobs
 from tests.conftest_leaks import shm_segments
 from tests.deadline import call_with_deadline
 from tests.helpers import assert_batches_equal
@@ -208,6 +208,17 @@ def test_rng_words_round_trip_pcg64_and_refuse_anything_else() -> None:
                {**good, "state": {"state": 1 << 128, "inc": 1}}, {**good, "state": {"state": 1.0, "inc": 1}}]
     for value in refused:
         assert rng_words(value) is None, value
+
+
+def test_blobs_written_into_rows_keep_every_byte() -> None:
+    """A row's bytes item would drop trailing zeros when read as one: written, every byte stays, zeros at either
+    end or throughout included, and the rows around are untouched."""
+    rng = np.random.default_rng(5)
+    blobs = [bytes(16), b"\x00" * 8 + b"ab" + b"\x00" * 6, b"ab" + bytes(14), bytes(rng.integers(0, 256, 16, np.uint8))]
+    col = np.full((8, 16), 7, np.uint8)
+    write_blobs(col, 2, blobs)
+    assert [col[2 + k].tobytes() for k in range(4)] == blobs
+    assert (col[:2] == 7).all() and (col[6:] == 7).all()
 
 
 @pytest.mark.timeout(120)

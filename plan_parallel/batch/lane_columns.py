@@ -32,6 +32,7 @@ from plan_parallel.wire.lane import (
     rng_words,
     scalar_format,
     scalar_struct,
+    write_blobs,
 )
 
 __all__ = ["F8", "MAX_SOURCES", "MIN_FROM_SOURCES", "RowForm", "Written", "read_row_states", "row_form",
@@ -154,7 +155,7 @@ def _write_fields(cols: dict[str, np.ndarray], states: Any, layout: Layout) -> l
             return None
         if any(type(b) is not bytes or len(b) != layout.blob for b in blobs):
             return None
-        cols["in_blob"][:n] = np.frombuffer(b"".join(blobs), np.uint8).reshape(n, layout.blob)  # type: ignore[arg-type]
+        write_blobs(cols["in_blob"], 0, blobs)
     elif layout.scalars:
         packed = pack_scalars([s.sim for s in states], layout.scalars)
         if packed is None:

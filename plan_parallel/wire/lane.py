@@ -42,7 +42,7 @@ from plan_parallel.wire.slabs import PROTOCOL, ArrayWriter, Slab, read_columns
 __all__ = ["ALIGN", "ERROR", "FULL", "HEADER", "INFOS", "MAX_SCALARS", "MAX_SEGMENTS", "MAX_STATE_BYTES", "OK",
            "REPLY", "RNG_WORDS", "STATES", "TAG", "Layout", "StatePlace", "decode_extra", "encode_extra", "encode_pair",
            "pack_scalars", "pack_states_tail", "rng_of_words", "rng_words", "scalar_format", "scalar_struct", "state_bytes_for",
-           "unpack_states_tail"]
+           "unpack_states_tail", "write_blobs"]
 
 TAG = b"L"
 # TAG, call id, lo, n, dt, check (1: the worker checks the states first), length of the layout's key that follows,
@@ -133,6 +133,12 @@ def pack_scalars(sims: Sequence[Any], codes: str) -> bytes | None:
         return b"".join([pack(*sim) for sim in sims])
     except struct.error:
         return None
+
+
+def write_blobs(col: np.ndarray, lo: int, blobs: Sequence[Any]) -> None:
+    """Write ``blobs``, each as long as a row of the uint8 column ``col``, into its rows from ``lo``: each copied once,
+    straight into its row (the column seen as one fixed-length bytes item a row)."""
+    col[lo:lo + len(blobs)].view(np.dtype((np.bytes_, col.shape[1])))[:, 0] = blobs
 
 
 RNG_WORDS = 6  # a PCG64 state in a row: state and inc (128 bits each, low word first), has_uint32, uinteger

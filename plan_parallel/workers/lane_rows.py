@@ -184,7 +184,7 @@ class LaneRows:
             blobs = [s.sim_blob() for s in states]
             if any(type(b) is not bytes or len(b) != layout.blob for b in blobs):
                 return False
-            c["out_blob"][lo:hi] = np.frombuffer(b"".join(blobs), np.uint8).reshape(hi - lo, layout.blob)  # type: ignore[arg-type]
+            wire.write_blobs(c["out_blob"], lo, blobs)
         elif layout.scalars:
             packed = wire.pack_scalars([s.sim for s in states], layout.scalars)
             if packed is None:
