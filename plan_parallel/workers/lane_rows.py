@@ -92,8 +92,7 @@ class LaneRows:
             out = segment.cols if slab is None or states_at < 0 else {
                 **segment.cols, **layout.state_columns(slab.buf, states_at, states_rows)}
             at += lent_len
-            # (a former result's state columns in the slab lent to it, mapped here after this call's own: the
-            # slab attached last before another stays mapped, see Server.attached_slab)
+            # (a former result's state columns, in the slab lent to it: mapped beside this call's own, which stays)
             source = self.attach(bytes(data[at:at + src_len]).decode("ascii"), src_size) if src_len else None
             t0 = time.perf_counter()  # (a segment's first mapping is not env time: the tuner reads it as a step's)
             if segment.layout.pickled:

@@ -83,7 +83,10 @@ class Server:
             self.env.close()
 
     def attached_slab(self, name: str | None, size: int) -> Slab | None:
-        """The parent's slab ``name`` of ``size`` bytes, mapped here (kept for later calls, see :data:`MAX_ATTACHED`)."""
+        """The parent's slab ``name`` of ``size`` bytes, mapped here (kept for later calls, see :data:`MAX_ATTACHED`).
+
+        Making room never unmaps the slab asked for just before, so a message's two slabs stay mapped together: a
+        chunk's own and the one lent to its results, a lane call's lent one and the former result it reads."""
         if name is None:
             return None
         s = self.slabs.pop(name, None)
@@ -93,7 +96,7 @@ class Server:
         if s is None:
             s = Slab(name, size, create=False)
             held = sum(x.size for x in self.slabs.values())
-            # The most recently used one stays: it is the chunk's own slab when its lent one is attached.
+            # (the most recently used one stays: see the docstring)
             while len(self.slabs) > 1 and (len(self.slabs) >= MAX_ATTACHED or held + size > MAX_ATTACHED_BYTES):
                 oldest = self.slabs.pop(next(iter(self.slabs)))
                 held -= oldest.size
